@@ -1,0 +1,40 @@
+/* The group and layer objects behind the opaque handles. */
+#ifndef MOE_EP_OBJECTS_H
+#define MOE_EP_OBJECTS_H
+
+#include "core/internal.h"
+
+struct moe_ep_group_s {
+    int world_size;  /* R */
+    int device;      /* CUDA device ordinal, -1 = CPU only */
+    int first_rank;  /* first rank this process drives */
+    int local_ranks; /* ranks this process drives (R when emulated) */
+    int emulated;
+};
+
+/* Bytes of one expert's weights in the path's weight format (host layout,
+ * as moe_ep_expert_weights_t describes it). */
+typedef struct moe_ep_expert_bytes {
+    int64_t w13_data, w13_scales; /* [2I][H] */
+    int64_t w2_data, w2_scales;   /* [H][I]  */
+} moe_ep_expert_bytes_t;
+
+struct moe_ep_ref_state;
+
+struct moe_ep_layer_s {
+    moe_ep_group_t group;
+    moe_ep_layer_config_t cfg;
+    int experts_per_rank;   /* E / R */
+    int first_expert;       /* first expert owned by this process's ranks */
+    int num_local_experts;  /* experts owned by this process's ranks */
+    int num_loaded;         /* local experts loaded so far */
+    uint8_t *loaded;        /* [num_local_experts] 0/1 */
+    moe_ep_format_t weight_format;
+    moe_ep_expert_bytes_t expert_bytes;
+    struct moe_ep_ref_state *ref; /* reference backend state */
+};
+
+moe_ep_expert_bytes_t moe_ep_expert_bytes(moe_ep_format_t format, int64_t hidden,
+                                          int64_t intermediate);
+
+#endif

@@ -1,0 +1,30 @@
+/* The split backend (GPU, separate kernels) as seen from the layer object and
+ * from the bench tool. */
+#ifndef MOE_EP_SPLIT_H
+#define MOE_EP_SPLIT_H
+
+#include "core/objects.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device bytes the split backend allocates for a layer (weights in kernel
+ * layout, plan, activation and output rows for the worst-case routing). */
+size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *config, int world_size,
+                                 int num_local_experts);
+moe_ep_status_t moe_ep_split_create(moe_ep_layer_t layer);
+void moe_ep_split_destroy(moe_ep_layer_t layer);
+moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t layer, const moe_ep_expert_weights_t *w,
+                                          moe_ep_stream_t stream);
+moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t layer, const moe_ep_forward_args_t *args,
+                                     moe_ep_stream_t stream);
+
+/* For `moe_ep bench`: enqueue only the expert stage (GEMM1 + SwiGLU + requant +
+ * GEMM2 + wire) on the rows dispatched by the last forward. */
+moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t layer, moe_ep_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,371 @@
+/*
+ * Element and block codecs shared by host (C11) and device (CUDA) code.
+ *
+ * Every function here is a static inline MOE_EP_HD function so the CPU
+ * reference and the GPU kernels run the very same arithmetic; each fp32
+ * operation is written so that neither compiler may fuse or reorder it
+ * (explicit _rn intrinsics on the device, no a*b+c on the host).
+ * The rules are spelled out in docs/formats.md.
+ */
+#ifndef MOE_EP_CODEC_H
+#define MOE_EP_CODEC_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MOE_EP_HD __host__ __device__ __forceinline__
+#else
+#include <math.h>
+#include <string.h>
+#define MOE_EP_HD static inline
+#endif
+
+/* Block sizes along a row. */
+#define MOE_EP_MX_BLOCK 32
+#define MOE_EP_NVFP4_BLOCK 16
+#define MOE_EP_FP4_WIRE_BLOCK 16
+#define MOE_EP_FP8_BLOCK_BLOCK 128
+
+#define MOE_EP_E4M3_MAX 448.0f
+#define MOE_EP_E2M1_MAX 6.0f
+#define MOE_EP_E4M3_NAN 0x7Fu
+#define MOE_EP_UE8M0_NAN 0xFFu
+#define MOE_EP_BF16_NAN 0x7FC0u
+
+/* ---- bit casts and exactly rounded fp32 operations ---------------------- */
+
+MOE_EP_HD uint32_t moe_ep_f2u(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+MOE_EP_HD float moe_ep_u2f(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+MOE_EP_HD float moe_ep_mul(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+MOE_EP_HD float moe_ep_div(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+MOE_EP_HD int moe_ep_isnan(float f) { return (moe_ep_f2u(f) & 0x7FFFFFFFu) > 0x7F800000u; }
+MOE_EP_HD int moe_ep_isfinite(float f) { return (moe_ep_f2u(f) & 0x7F800000u) != 0x7F800000u; }
+MOE_EP_HD float moe_ep_absf(float f) { return moe_ep_u2f(moe_ep_f2u(f) & 0x7FFFFFFFu); }
+
+/* 2^k as fp32 for k in [-149, 127] (exact, subnormals included). */
+MOE_EP_HD float moe_ep_exp2i(int k)
+{
+    if (k >= -126) return moe_ep_u2f((uint32_t)(k + 127) << 23);
+    return moe_ep_u2f(1u << (k + 149));
+}
+
+/* ---- bf16 ---------------------------------------------------------------- */
+
+/* fp32 -> bf16, round to nearest even; NaN -> quiet NaN with the sign kept. */
+MOE_EP_HD uint16_t moe_ep_bf16_from_f32(float f)
+{
+    uint32_t u = moe_ep_f2u(f);
+    if (moe_ep_isnan(f)) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+MOE_EP_HD float moe_ep_bf16_to_f32(uint16_t h) { return moe_ep_u2f((uint32_t)h << 16); }
+
+/* ---- E4M3 (bias 7, no Inf, NaN = S.1111.111, max 448, min subnormal 2^-9) -- */
+
+MOE_EP_HD uint8_t moe_ep_e4m3_from_f32(float v)
+{
+    if (moe_ep_isnan(v)) return MOE_EP_E4M3_NAN;
+    uint32_t sign = (moe_ep_f2u(v) >> 31) << 7;
+    float a = moe_ep_absf(v);
+    if (a > MOE_EP_E4M3_MAX) a = MOE_EP_E4M3_MAX;
+    uint32_t code;
+    if (a < 0.015625f) {
+        /* Subnormal range: code = a * 2^9 rounded to nearest even integer
+         * (0..8; 8 is the smallest normal, code 0x08). a * 512 is exact. */
+        float q = moe_ep_mul(a, 512.0f);
+        uint32_t n = (uint32_t)q;
+        float frac = q - (float)n;
+        if (frac > 0.5f || (frac == 0.5f && (n & 1u))) n++;
+        code = n;
+    } else {
+        /* Normal range: round the 23-bit mantissa to 3 bits, ties to even; a
+         * carry moves into the exponent. a <= 448 keeps the result <= 448. */
+        uint32_t u = moe_ep_f2u(a);
+        u += 0x7FFFFu + ((u >> 20) & 1u);
+        u &= ~0xFFFFFu;
+        uint32_t exp = (u >> 23) - 127u + 7u;
+        code = (exp << 3) | ((u >> 20) & 7u);
+    }
+    return (uint8_t)(sign | code);
+}
+
+MOE_EP_HD float moe_ep_e4m3_to_f32(uint8_t c)
+{
+    uint32_t sign = (uint32_t)(c >> 7) << 31;
+    uint32_t exp = (c >> 3) & 15u, man = c & 7u;
+    if (exp == 15u && man == 7u) return moe_ep_u2f(sign | 0x7FC00000u);
+    if (exp == 0u) return moe_ep_u2f(sign | moe_ep_f2u((float)man * 0.001953125f));
+    return moe_ep_u2f(sign | ((exp - 7u + 127u) << 23) | (man << 20));
+}
+
+/* ---- E2M1 (0, 0.5, 1, 1.5, 2, 3, 4, 6) --------------------------------------- */
+
+/* Nearest, ties to the even code; clamps to 6; sign kept (-0 -> 0x8); NaN -> 0. */
+MOE_EP_HD uint8_t moe_ep_e2m1_from_f32(float v)
+{
+    if (moe_ep_isnan(v)) return 0;
+    uint8_t sign = (uint8_t)((moe_ep_f2u(v) >> 31) << 3);
+    float a = moe_ep_absf(v);
+    /* Count the thresholds passed; ">" at a tie rounds down, ">=" rounds up. */
+    uint8_t code = (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) +
+                             (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
+    return (uint8_t)(sign | code);
+}
+
+MOE_EP_HD float moe_ep_e2m1_to_f32(uint8_t c)
+{
+    /* Values x2 for codes 0..7: 0 1 2 3 4 6 8 12. */
+    uint32_t m = c & 7u;
+    float a = (m < 4u) ? 0.5f * (float)m : (float)(2u << ((m - 4u) >> 1)) * ((m & 1u) ? 1.5f : 1.0f);
+    return (c & 8u) ? -a : a;
+}
+
+/* ---- UE8M0 scale byte: 2^(b-127), 0xFF = NaN ------------------------------ */
+
+MOE_EP_HD float moe_ep_ue8m0_to_f32(uint8_t b)
+{
+    if (b == MOE_EP_UE8M0_NAN) return moe_ep_u2f(0x7FC00000u);
+    return moe_ep_exp2i((int)b - 127);
+}
+
+/* Scale byte for a block with absolute maximum amax (not NaN) and element
+ * maximum elem_max (448 MXFP8, 6 MXFP4): q = amax / elem_max, b = 127 + the
+ * smallest e with 2^e >= q, clamped to [0, 254]; 254 for q = Inf, 0 for q = 0. */
+MOE_EP_HD uint8_t moe_ep_ue8m0_for_amax(float amax, float elem_max)
+{
+    float q = moe_ep_div(amax, elem_max);
+    if (!moe_ep_isfinite(q)) return 254;
+    if (q == 0.0f) return 0;
+    uint32_t u = moe_ep_f2u(q);
+    int e;
+    uint32_t exp = u >> 23, man = u & 0x7FFFFFu;
+    if (exp == 0u) {
+        /* Subnormal q = man * 2^-149: e = ceil(log2(man)) - 149. */
+        int lg = 0;
+        while ((1u << lg) < man) lg++;
+        e = lg - 149;
+    } else {
+        e = (int)exp - 127 + (man != 0u ? 1 : 0);
+    }
+    int b = 127 + e;
+    if (b < 0) b = 0;
+    if (b > 254) b = 254;
+    return (uint8_t)b;
+}
+
+/* The multiplier 2^(127-b) that maps a block into the element range. */
+MOE_EP_HD float moe_ep_ue8m0_encode_mul(uint8_t b) { return moe_ep_exp2i(127 - (int)b); }
+
+/* ---- NVFP4 block scale (E4M3) with an fp32 encode scale S ----------------- */
+
+MOE_EP_HD uint8_t moe_ep_nvfp4_scale_for_amax(float amax, float S)
+{
+    return moe_ep_e4m3_from_f32(moe_ep_mul(amax, moe_ep_mul(S, 1.0f / 6.0f)));
+}
+
+/* Element multiplier 1 / (float(sb) * (1/S)); 0 when sb decodes to 0. */
+MOE_EP_HD float moe_ep_nvfp4_encode_mul(uint8_t sb, float S)
+{
+    float s = moe_ep_e4m3_to_f32(sb);
+    if (s == 0.0f) return 0.0f;
+    return moe_ep_div(1.0f, moe_ep_mul(s, moe_ep_div(1.0f, S)));
+}
+
+MOE_EP_HD float moe_ep_clamp6(float v)
+{
+    if (v > MOE_EP_E2M1_MAX) return MOE_EP_E2M1_MAX;
+    if (v < -MOE_EP_E2M1_MAX) return -MOE_EP_E2M1_MAX;
+    return v;
+}
+
+/* Dequantized NVFP4 element: (e2m1 * float(sb)) / S. */
+MOE_EP_HD float moe_ep_nvfp4_value(uint8_t e2m1, uint8_t sb, float S)
+{
+    return moe_ep_div(moe_ep_mul(moe_ep_e2m1_to_f32(e2m1), moe_ep_e4m3_to_f32(sb)), S);
+}
+
+/* ---- FP8-BLOCK scale: fmaxf(amax, 1e-4) / 448, NaN for a non-finite block -- */
+
+MOE_EP_HD float moe_ep_fp8_block_scale(float amax)
+{
+    float m = amax > 1e-4f ? amax : 1e-4f;
+    return moe_ep_div(m, MOE_EP_E4M3_MAX);
+}
+
+/* ---- FP4 wire scale: bf16(amax / 6), round to nearest even ---------------- */
+
+MOE_EP_HD uint16_t moe_ep_fp4_wire_scale_for_amax(float amax)
+{
+    return moe_ep_bf16_from_f32(moe_ep_div(amax, MOE_EP_E2M1_MAX));
+}
+
+/* ---- Whole blocks of one row ---------------------------------------------
+ * x: n contiguous fp32 values (n = the format's block). Returns the scale;
+ * writes n elements (one byte each, FP4 codes unpacked in the low nibble). */
+
+MOE_EP_HD float moe_ep_block_amax(const float *x, int n, int *has_nan, int *has_inf)
+{
+    float amax = 0.0f;
+    int nan = 0, inf = 0;
+    for (int i = 0; i < n; i++) {
+        float a = moe_ep_absf(x[i]);
+        if (moe_ep_isnan(a)) nan = 1;
+        else if (!moe_ep_isfinite(a)) inf = 1;
+        else if (a > amax) amax = a;
+    }
+    if (inf) amax = moe_ep_u2f(0x7F800000u);
+    *has_nan = nan;
+    *has_inf = inf;
+    return amax;
+}
+
+MOE_EP_HD uint8_t moe_ep_mxfp8_block_encode(const float *x, uint8_t *q)
+{
+    int nan, inf;
+    float amax = moe_ep_block_amax(x, MOE_EP_MX_BLOCK, &nan, &inf);
+    if (nan) {
+        for (int i = 0; i < MOE_EP_MX_BLOCK; i++) q[i] = MOE_EP_E4M3_NAN;
+        return MOE_EP_UE8M0_NAN;
+    }
+    uint8_t b = moe_ep_ue8m0_for_amax(amax, MOE_EP_E4M3_MAX);
+    float mul = moe_ep_ue8m0_encode_mul(b);
+    for (int i = 0; i < MOE_EP_MX_BLOCK; i++) q[i] = moe_ep_e4m3_from_f32(moe_ep_mul(x[i], mul));
+    return b;
+}
+
+MOE_EP_HD uint8_t moe_ep_mxfp4_block_encode(const float *x, uint8_t *q)
+{
+    int nan, inf;
+    float amax = moe_ep_block_amax(x, MOE_EP_MX_BLOCK, &nan, &inf);
+    if (nan) {
+        for (int i = 0; i < MOE_EP_MX_BLOCK; i++) q[i] = 0;
+        return MOE_EP_UE8M0_NAN;
+    }
+    uint8_t b = moe_ep_ue8m0_for_amax(amax, MOE_EP_E2M1_MAX);
+    float mul = moe_ep_ue8m0_encode_mul(b);
+    for (int i = 0; i < MOE_EP_MX_BLOCK; i++) q[i] = moe_ep_e2m1_from_f32(moe_ep_mul(x[i], mul));
+    return b;
+}
+
+MOE_EP_HD uint8_t moe_ep_nvfp4_block_encode(const float *x, float S, uint8_t *q)
+{
+    int nan, inf;
+    float amax = moe_ep_block_amax(x, MOE_EP_NVFP4_BLOCK, &nan, &inf);
+    if (nan) {
+        for (int i = 0; i < MOE_EP_NVFP4_BLOCK; i++) q[i] = 0;
+        return MOE_EP_E4M3_NAN;
+    }
+    uint8_t sb = moe_ep_nvfp4_scale_for_amax(amax, S);
+    float enc = moe_ep_nvfp4_encode_mul(sb, S);
+    for (int i = 0; i < MOE_EP_NVFP4_BLOCK; i++)
+        q[i] = enc == 0.0f ? 0 : moe_ep_e2m1_from_f32(moe_ep_clamp6(moe_ep_mul(x[i], enc)));
+    return sb;
+}
+
+MOE_EP_HD float moe_ep_fp8_block_encode(const float *x, uint8_t *q)
+{
+    int nan, inf;
+    float amax = moe_ep_block_amax(x, MOE_EP_FP8_BLOCK_BLOCK, &nan, &inf);
+    if (nan || inf) {
+        for (int i = 0; i < MOE_EP_FP8_BLOCK_BLOCK; i++) q[i] = MOE_EP_E4M3_NAN;
+        return moe_ep_u2f(0x7FC00000u);
+    }
+    float s = moe_ep_fp8_block_scale(amax);
+    float inv = moe_ep_div(1.0f, s);
+    for (int i = 0; i < MOE_EP_FP8_BLOCK_BLOCK; i++) q[i] = moe_ep_e4m3_from_f32(moe_ep_mul(x[i], inv));
+    return s;
+}
+
+MOE_EP_HD uint16_t moe_ep_fp4_wire_block_encode(const float *x, uint8_t *q)
+{
+    int nan, inf;
+    float amax = moe_ep_block_amax(x, MOE_EP_FP4_WIRE_BLOCK, &nan, &inf);
+    if (nan || inf) {
+        for (int i = 0; i < MOE_EP_FP4_WIRE_BLOCK; i++) q[i] = 0;
+        return MOE_EP_BF16_NAN;
+    }
+    uint16_t sb = moe_ep_fp4_wire_scale_for_amax(amax);
+    float s = moe_ep_bf16_to_f32(sb);
+    float enc = s == 0.0f ? 0.0f : moe_ep_div(1.0f, s);
+    for (int i = 0; i < MOE_EP_FP4_WIRE_BLOCK; i++)
+        q[i] = enc == 0.0f ? 0 : moe_ep_e2m1_from_f32(moe_ep_clamp6(moe_ep_mul(x[i], enc)));
+    return sb;
+}
+
+/* ---- Dequantized element values ------------------------------------------ */
+
+MOE_EP_HD float moe_ep_mx8_value(uint8_t e4m3, uint8_t b)
+{
+    return moe_ep_mul(moe_ep_e4m3_to_f32(e4m3), moe_ep_ue8m0_to_f32(b));
+}
+
+MOE_EP_HD float moe_ep_mx4_value(uint8_t e2m1, uint8_t b)
+{
+    return moe_ep_mul(moe_ep_e2m1_to_f32(e2m1), moe_ep_ue8m0_to_f32(b));
+}
+
+MOE_EP_HD float moe_ep_fp8_block_value(uint8_t e4m3, float s)
+{
+    return moe_ep_mul(moe_ep_e4m3_to_f32(e4m3), s);
+}
+
+MOE_EP_HD float moe_ep_fp4_wire_value(uint8_t e2m1, uint16_t sb)
+{
+    return moe_ep_mul(moe_ep_e2m1_to_f32(e2m1), moe_ep_bf16_to_f32(sb));
+}
+
+/* ---- SwiGLU with the optional clamp (c = 0: none) ------------------------- */
+
+MOE_EP_HD float moe_ep_swiglu(float g, float u, float c)
+{
+    if (c > 0.0f) {
+        g = g < c ? g : c;
+        u = u < -c ? -c : (u > c ? c : u);
+    }
+#ifdef __CUDA_ARCH__
+    float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+#else
+    float silu = g / (1.0f + expf(-g));
+#endif
+    return moe_ep_mul(silu, u);
+}
+
+#endif /* MOE_EP_CODEC_H */

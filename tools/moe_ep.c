@@ -1,0 +1,26 @@
+/* moe_ep: the command-line program (run: the demo layer; accuracy: the error
+ * table of docs/formats.md). */
+#include "run.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(void)
+{
+    printf("usage: moe_ep <command> [options]   (moe_ep <command> --help)\n"
+           "  run       one layer on a model geometry; prints time and error vs float64\n"
+           "  accuracy  relative L2 error of every path and wire vs float64\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "accuracy") == 0) return cmd_accuracy(argc - 2, argv + 2);
+    fprintf(stderr, "moe_ep: unknown command %s\n", argv[1]);
+    usage();
+    return 2;
+}
