@@ -1,5 +1,6 @@
 /* EP groups. The emulated group drives all R ranks from this process. */
 #include "core/objects.h"
+#include "kernels/split_kernels.h"
 
 #include <stdlib.h>
 
@@ -33,6 +34,9 @@ moe_ep_status_t moe_ep_group_create_emulated(int world_size, int device, moe_ep_
     MOE_EP_REQUIRE(world_size >= 1 && world_size <= MOE_EP_MAX_WORLD_SIZE,
                    "world_size %d not in [1, %d]", world_size, MOE_EP_MAX_WORLD_SIZE);
     MOE_EP_REQUIRE(device >= -1, "device %d: use -1 for the CPU or a CUDA ordinal", device);
+    MOE_EP_REQUIRE(device < 0 || world_size <= MOE_EP_GPU_MAX_RANKS,
+                   "an emulated group on a GPU holds at most %d ranks (asked %d)",
+                   MOE_EP_GPU_MAX_RANKS, world_size);
     MOE_EP_CHECK(check_device(device));
     struct moe_ep_group_s *g = calloc(1, sizeof *g);
     if (!g) return MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "group");
@@ -41,6 +45,14 @@ moe_ep_status_t moe_ep_group_create_emulated(int world_size, int device, moe_ep_
     g->first_rank = 0;
     g->local_ranks = world_size;
     g->emulated = 1;
+    if (device >= 0) {
+        moe_ep_status_t st = moe_ep_group_device_init(g);
+        if (st != MOE_EP_SUCCESS) {
+            moe_ep_group_device_fini(g);
+            free(g);
+            return st;
+        }
+    }
     *group = g;
     return MOE_EP_SUCCESS;
 }
@@ -48,6 +60,7 @@ moe_ep_status_t moe_ep_group_create_emulated(int world_size, int device, moe_ep_
 moe_ep_status_t moe_ep_group_destroy(moe_ep_group_t group)
 {
     moe_ep_clear_error();
+    if (group) moe_ep_group_device_fini(group);
     free(group);
     return MOE_EP_SUCCESS;
 }

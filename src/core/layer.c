@@ -1,6 +1,7 @@
 /* Layer objects: configuration checks, memory needs, weight loading and the
  * forward call, each handed to the backend after its arguments are checked. */
 #include "core/objects.h"
+#include "core/split.h"
 #include "reference/reference.h"
 
 #include <math.h>
@@ -69,9 +70,16 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
                    c->num_threads);
     MOE_EP_REQUIRE(isfinite(c->timeout_seconds) && c->timeout_seconds >= 0.0,
                    "timeout_seconds %g", c->timeout_seconds);
-    if (c->backend != MOE_EP_BACKEND_REFERENCE)
-        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "backend %s is not available in this build",
-                           moe_ep_backend_name(c->backend));
+    if (c->backend == MOE_EP_BACKEND_MEGA)
+        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the mega backend is not built yet");
+    if (c->backend == MOE_EP_BACKEND_SPLIT) {
+#ifndef MOE_EP_HAVE_CUDA
+        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+#endif
+        if (group->device < 0)
+            return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
+                               "the split backend needs a group on a GPU (device >= 0)");
+    }
     return MOE_EP_SUCCESS;
 }
 
@@ -86,9 +94,10 @@ moe_ep_status_t moe_ep_layer_memory_size(moe_ep_group_t group, const moe_ep_laye
     moe_ep_clear_error();
     MOE_EP_CHECK(check_config(group, config));
     MOE_EP_REQUIRE(device_bytes != NULL || host_bytes != NULL, "both outputs are NULL");
-    size_t host = moe_ep_ref_host_bytes(config, local_experts(group, config));
-    if (device_bytes) *device_bytes = 0;
-    if (host_bytes) *host_bytes = host;
+    int n = local_experts(group, config);
+    int ref = config->backend == MOE_EP_BACKEND_REFERENCE;
+    if (device_bytes) *device_bytes = ref ? 0 : moe_ep_split_device_bytes(config, group->world_size, n);
+    if (host_bytes) *host_bytes = ref ? moe_ep_ref_host_bytes(config, n) : 0;
     return MOE_EP_SUCCESS;
 }
 
@@ -109,8 +118,9 @@ moe_ep_status_t moe_ep_layer_create(moe_ep_group_t group, const moe_ep_layer_con
     l->weight_format = moe_ep_path_weight_format(config->path);
     l->expert_bytes = moe_ep_expert_bytes(l->weight_format, config->hidden, config->intermediate);
     l->loaded = calloc((size_t)l->num_local_experts, 1);
-    moe_ep_status_t st = l->loaded ? moe_ep_ref_create(l)
-                                   : MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "loaded flags");
+    moe_ep_status_t st = !l->loaded ? MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "loaded flags")
+                         : config->backend == MOE_EP_BACKEND_REFERENCE ? moe_ep_ref_create(l)
+                                                                       : moe_ep_split_create(l);
     if (st != MOE_EP_SUCCESS) {
         moe_ep_layer_destroy(l);
         return st;
@@ -123,6 +133,7 @@ moe_ep_status_t moe_ep_layer_destroy(moe_ep_layer_t layer)
 {
     if (!layer) return MOE_EP_SUCCESS;
     moe_ep_ref_destroy(layer);
+    moe_ep_split_destroy(layer);
     free(layer->loaded);
     free(layer);
     return MOE_EP_SUCCESS;
@@ -179,7 +190,8 @@ moe_ep_status_t moe_ep_layer_load_experts(moe_ep_layer_t layer, const moe_ep_exp
     moe_ep_clear_error();
     MOE_EP_REQUIRE(layer != NULL, "layer is NULL");
     MOE_EP_CHECK(check_weights(layer, w));
-    MOE_EP_CHECK(moe_ep_ref_load_experts(layer, w));
+    MOE_EP_CHECK(layer->cfg.backend == MOE_EP_BACKEND_REFERENCE ? moe_ep_ref_load_experts(layer, w)
+                                                                : moe_ep_split_load_experts(layer, w, stream));
     for (int e = 0; e < w->num_experts; e++) {
         uint8_t *flag = &layer->loaded[w->first_expert - layer->first_expert + e];
         layer->num_loaded += !*flag;
@@ -230,7 +242,8 @@ moe_ep_status_t moe_ep_layer_forward(moe_ep_layer_t layer, const moe_ep_forward_
     moe_ep_clear_error();
     MOE_EP_REQUIRE(layer != NULL, "layer is NULL");
     MOE_EP_CHECK(check_forward(layer, args));
-    return moe_ep_ref_forward(layer, args);
+    if (layer->cfg.backend == MOE_EP_BACKEND_REFERENCE) return moe_ep_ref_forward(layer, args);
+    return moe_ep_split_forward(layer, args, stream);
 }
 
 moe_ep_status_t moe_ep_layer_calibrate_nvfp4(moe_ep_layer_t layer, const moe_ep_forward_args_t *args,
@@ -239,6 +252,10 @@ moe_ep_status_t moe_ep_layer_calibrate_nvfp4(moe_ep_layer_t layer, const moe_ep_
     moe_ep_clear_error();
     MOE_EP_REQUIRE(layer != NULL, "layer is NULL");
     MOE_EP_REQUIRE(layer->cfg.path == MOE_EP_PATH_NVFP4, "calibration is for the nvfp4 path");
+    if (layer->cfg.backend != MOE_EP_BACKEND_REFERENCE)
+        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
+                           "calibrate on a reference layer (host tensors) and pass the scales in the "
+                           "config of a GPU layer");
     moe_ep_layer_config_t saved = layer->cfg;
     /* The scales are the output here: satisfy check_forward's nvfp4 test. */
     layer->cfg.fc1_input_scale = layer->cfg.fc2_input_scale = 1.0f;

@@ -10,6 +10,10 @@ struct moe_ep_group_s {
     int first_rank;  /* first rank this process drives */
     int local_ranks; /* ranks this process drives (R when emulated) */
     int emulated;
+    /* GPU groups: the device error word (see moe_ep_group_get_async_error). */
+    uint32_t *error_dev;         /* device memory, written by kernels */
+    volatile uint32_t *error_host; /* host-mapped copy, read without a sync */
+    uint32_t *error_mapped_dev;  /* the device's address of error_host */
 };
 
 /* Bytes of one expert's weights in the path's weight format (host layout,
@@ -20,6 +24,7 @@ typedef struct moe_ep_expert_bytes {
 } moe_ep_expert_bytes_t;
 
 struct moe_ep_ref_state;
+struct moe_ep_split_state;
 
 struct moe_ep_layer_s {
     moe_ep_group_t group;
@@ -31,8 +36,13 @@ struct moe_ep_layer_s {
     uint8_t *loaded;        /* [num_local_experts] 0/1 */
     moe_ep_format_t weight_format;
     moe_ep_expert_bytes_t expert_bytes;
-    struct moe_ep_ref_state *ref; /* reference backend state */
+    struct moe_ep_ref_state *ref;     /* reference backend state */
+    struct moe_ep_split_state *split; /* split backend state */
 };
+
+/* Device side of a group (group_device.c). */
+moe_ep_status_t moe_ep_group_device_init(moe_ep_group_t group);
+void moe_ep_group_device_fini(moe_ep_group_t group);
 
 moe_ep_expert_bytes_t moe_ep_expert_bytes(moe_ep_format_t format, int64_t hidden,
                                           int64_t intermediate);

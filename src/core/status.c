@@ -1,5 +1,6 @@
 /* Status strings, the thread-local last error, names, and format facts. */
 #include "core/internal.h"
+#include "kernels/split_kernels.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -125,3 +126,7 @@ moe_ep_format_t moe_ep_wire_format(moe_ep_wire_t wire)
                                         MOE_EP_FORMAT_FP4_WIRE};
     return f[wire];
 }
+
+int64_t moe_ep_row_data_bytes(moe_ep_format_t f, int64_t n) { return moe_ep_format_data_bytes(f, 1, n); }
+
+int64_t moe_ep_row_scale_bytes(moe_ep_format_t f, int64_t n) { return moe_ep_format_scales_bytes(f, 1, n); }

@@ -201,6 +201,15 @@ MOE_EP_HD uint8_t moe_ep_nvfp4_scale_for_amax(float amax, float S)
     return moe_ep_e4m3_from_f32(moe_ep_mul(amax, moe_ep_mul(S, 1.0f / 6.0f)));
 }
 
+/* The usual NVFP4 encode scale of a tensor: 2688 / amax (448 * 6 / amax);
+ * 1 when amax is 0 or not finite; FLT_MAX when 2688 / amax overflows. */
+MOE_EP_HD float moe_ep_nvfp4_scale_from_amax(float amax)
+{
+    if (!(amax > 0.0f) || !moe_ep_isfinite(amax)) return 1.0f;
+    float s = moe_ep_div(448.0f * 6.0f, amax);
+    return moe_ep_isfinite(s) ? s : moe_ep_u2f(0x7F7FFFFFu);
+}
+
 /* Element multiplier 1 / (float(sb) * (1/S)); 0 when sb decodes to 0. */
 MOE_EP_HD float moe_ep_nvfp4_encode_mul(uint8_t sb, float S)
 {

@@ -5,7 +5,6 @@
 #include "core/internal.h"
 #include "formats/codec.h"
 
-#include <float.h>
 #include <stdint.h>
 
 /* ---- little-endian scale entries ------------------------------------------ */
@@ -229,8 +228,5 @@ moe_ep_status_t moe_ep_dequantize_fp8_block_weight(const uint8_t *data, const fl
 float moe_ep_nvfp4_global_scale(float amax)
 {
     moe_ep_clear_error();
-    if (!(amax > 0.0f) || !moe_ep_isfinite(amax)) return 1.0f;
-    float s = moe_ep_div(448.0f * 6.0f, amax);
-    /* A tiny (subnormal) amax overflows 2688 / amax: keep S a valid encode scale. */
-    return moe_ep_isfinite(s) ? s : FLT_MAX;
+    return moe_ep_nvfp4_scale_from_amax(amax);
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, run the whole test suite (GPU tests
+# included), optionally the bench, and print a short summary last.
+#   scripts/device.sh [test|bench|all] [extra bench args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+what=${1:-all}; shift || true
+out=${OUT:-/tmp/moe_ep_out}; mkdir -p "$out"
+export MOE_EP_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv,noheader | tee "$out/gpu.txt"
+t0=$(date +%s)
+cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DMOE_EP_WITH_CUDA=ON >"$out/configure.log" 2>&1 \
+  && cmake --build build-device -j16 >"$out/build.log" 2>&1
+build_rc=$?
+tail -n 20 "$out/build.log"
+echo "build rc=$build_rc in $(( $(date +%s) - t0 )) s"
+test_line="(tests not run)"
+if [ $build_rc -eq 0 ] && [ "$what" != bench ]; then
+  ctest --test-dir build-device --output-on-failure -j4 -E valgrind 2>&1 | tee "$out/ctest.log" | tail -n 60
+  test_line=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -n1)
+  for t in build-device/tests/test_split*; do [ -x "$t" ] && "$t" >"$out/$(basename $t).log" 2>&1; done
+fi
+bench_line="(bench not run)"
+if [ $build_rc -eq 0 ] && [ "$what" != test ] && [ -x build-device/tools/moe_ep ]; then
+  build-device/tools/moe_ep bench --out "$out/bench.md" "$@" 2>&1 | tee "$out/bench.log" | tail -n 40
+  bench_line="bench rc=${PIPESTATUS[0]}"
+fi
+echo "==== summary ===="
+cat "$out/gpu.txt"; echo "build rc=$build_rc"; echo "$test_line"; echo "$bench_line"
+grep -hE "passed, .* failed" "$out"/*.log 2>/dev/null | tail -n 8

@@ -1,0 +1,260 @@
+/* The split backend on one GPU: buffers, weight loading, and the forward as a
+ * fixed sequence of launches (plan, quantize + dispatch, GEMM1 + SwiGLU +
+ * requant, GEMM2 + wire, combine), with no host synchronisation, so it can be
+ * captured in a CUDA graph. */
+#include "core/split.h"
+
+#include "kernels/split_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MOE_EP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+struct moe_ep_split_state {
+    moe_ep_split_dims_t dims;
+    moe_ep_split_bufs_t bufs;
+    void *allocs[24];
+    int num_allocs;
+    uint8_t *staging; /* one expert's checkpoint */
+    size_t staging_bytes;
+    float *scratch;   /* weight preprocessing scratch */
+    int forwarded;    /* a forward has run (for moe_ep_split_expert_stage) */
+};
+
+typedef struct {
+    size_t bytes[24];
+    int n;
+} alloc_plan_t;
+
+static int64_t rows_capacity(const moe_ep_layer_config_t *c, int local_ranks)
+{
+    return (int64_t)local_ranks * c->max_tokens_per_rank * c->top_k;
+}
+
+/* The sizes of every device buffer, in allocation order (see split_create). */
+static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks, int E)
+{
+    moe_ep_format_t wf = moe_ep_path_weight_format(c->path), af = moe_ep_path_act_format(c->path);
+    moe_ep_format_t yf = moe_ep_wire_format(c->wire);
+    int64_t H = c->hidden, I = c->intermediate, rows = rows_capacity(c, local_ranks);
+    int64_t fp8s = wf == MOE_EP_FORMAT_FP8_BLOCK;
+    alloc_plan_t p = {{0}, 0};
+    size_t *b = p.bytes;
+    b[p.n++] = (size_t)(E * 2 * I * moe_ep_row_data_bytes(wf, H));                       /* w13 */
+    b[p.n++] = (size_t)(E * 2 * I * (fp8s ? H / 128 * 4 : moe_ep_row_scale_bytes(wf, H))) + 16;
+    b[p.n++] = (size_t)(E * H * moe_ep_row_data_bytes(wf, I));                           /* w2 */
+    b[p.n++] = (size_t)(E * H * (fp8s ? I / 128 * 4 : moe_ep_row_scale_bytes(wf, I))) + 16;
+    b[p.n++] = sizeof(float) * (size_t)E;                                                 /* w13_gs */
+    b[p.n++] = sizeof(float) * (size_t)E;                                                 /* w2_gs */
+    b[p.n++] = sizeof(int32_t) * (size_t)local_ranks;                                     /* tokens */
+    b[p.n++] = sizeof(int32_t) * (size_t)E;                                               /* count */
+    b[p.n++] = sizeof(int32_t) * (size_t)(E + 1);                                         /* offset */
+    b[p.n++] = sizeof(int32_t) * (size_t)(E + 1);                                         /* tiles */
+    b[p.n++] = sizeof(int32_t) * (size_t)rows;                                            /* slot_pos */
+    b[p.n++] = sizeof(int32_t) * (size_t)rows;                                            /* row_of_slot */
+    b[p.n++] = (size_t)(rows * moe_ep_row_data_bytes(af, H)) + 16;                        /* xq */
+    b[p.n++] = (size_t)(rows * (fp8s ? H / 128 * 4 : moe_ep_row_scale_bytes(af, H))) + 16;
+    b[p.n++] = (size_t)(rows * moe_ep_row_data_bytes(af, I)) + 16;                        /* aq */
+    b[p.n++] = (size_t)(rows * (fp8s ? I / 128 * 4 : moe_ep_row_scale_bytes(af, I))) + 16;
+    b[p.n++] = (size_t)(rows * moe_ep_row_data_bytes(yf, H)) + 16;                        /* y */
+    b[p.n++] = (size_t)(rows * moe_ep_row_scale_bytes(yf, H)) + 16;
+    b[p.n++] = (size_t)(3 * H * I * 2 + 3 * H * I / 32 + 64);                             /* staging */
+    b[p.n++] = sizeof(float) * (size_t)((2 * I / 128) * (H / 128) + 128);                 /* scratch */
+    return p;
+}
+
+size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *c, int world_size, int local_experts)
+{
+    (void)world_size;
+    alloc_plan_t p = plan_allocs(c, local_experts * world_size / c->num_experts, local_experts);
+    size_t total = 0;
+    for (int i = 0; i < p.n; i++) total += p.bytes[i];
+    return total;
+}
+
+static moe_ep_status_t cuda_fail(cudaError_t e, const char *what)
+{
+    return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA,
+                       "%s: %s", what, cudaGetErrorString(e));
+}
+
+static void fill_dims(moe_ep_layer_t l, moe_ep_split_dims_t *d)
+{
+    const moe_ep_layer_config_t *c = &l->cfg;
+    d->R = l->group->local_ranks, d->E = l->num_local_experts, d->K = c->top_k;
+    d->H = c->hidden, d->I = c->intermediate, d->T_max = c->max_tokens_per_rank;
+    d->first_expert = l->first_expert, d->num_experts_global = c->num_experts;
+    d->path = c->path, d->wire = c->wire, d->swiglu_limit = c->swiglu_limit;
+    d->fc1_scale = c->fc1_input_scale > 0 ? c->fc1_input_scale : 1.0f;
+    d->fc2_scale = c->fc2_input_scale > 0 ? c->fc2_input_scale : 1.0f;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->group->device);
+    d->num_sms = sms > 0 ? sms : 1;
+}
+
+moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
+{
+    struct moe_ep_split_state *s = calloc(1, sizeof *s);
+    if (!s) return MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "split state");
+    l->split = s;
+    cudaError_t e = cudaSetDevice(l->group->device);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+    fill_dims(l, &s->dims);
+    alloc_plan_t p = plan_allocs(&l->cfg, l->group->local_ranks, l->num_local_experts);
+    for (int i = 0; i < p.n; i++) {
+        e = cudaMalloc(&s->allocs[i], p.bytes[i]);
+        if (e != cudaSuccess) return cuda_fail(e, "split backend buffers");
+        s->num_allocs = i + 1;
+    }
+    void **a = s->allocs;
+    moe_ep_split_bufs_t *b = &s->bufs;
+    b->w13 = a[0], b->w13_scales = a[1], b->w2 = a[2], b->w2_scales = a[3];
+    b->w13_gs = a[4], b->w2_gs = a[5], b->tokens = a[6], b->expert_count = a[7];
+    b->expert_offset = a[8], b->tile_offset = a[9], b->slot_pos = a[10], b->row_of_slot = a[11];
+    b->xq = a[12], b->xq_scales = a[13], b->aq = a[14], b->aq_scales = a[15];
+    b->y = a[16], b->y_scales = a[17];
+    s->staging = a[18], s->staging_bytes = p.bytes[18], s->scratch = a[19];
+    b->error = l->group->error_dev, b->error_mapped = l->group->error_mapped_dev;
+    return MOE_EP_SUCCESS;
+}
+
+void moe_ep_split_destroy(moe_ep_layer_t l)
+{
+    struct moe_ep_split_state *s = l->split;
+    if (!s) return;
+    cudaSetDevice(l->group->device);
+    for (int i = 0; i < s->num_allocs; i++) cudaFree(s->allocs[i]);
+    free(s);
+    l->split = NULL;
+}
+
+/* Bytes of one expert's checkpoint arrays in format f (host layout). */
+static void checkpoint_bytes(moe_ep_layer_t l, moe_ep_format_t f, size_t sz[4])
+{
+    moe_ep_expert_bytes_t b = moe_ep_expert_bytes(f, l->cfg.hidden, l->cfg.intermediate);
+    sz[0] = (size_t)b.w13_data, sz[1] = (size_t)b.w13_scales, sz[2] = (size_t)b.w2_data, sz[3] = (size_t)b.w2_scales;
+}
+
+/* Host checkpoint: one expert at a time through the staging buffer. */
+static moe_ep_status_t load_from_host(moe_ep_layer_t l, const moe_ep_expert_weights_t *w, cudaStream_t st)
+{
+    struct moe_ep_split_state *s = l->split;
+    size_t sz[4];
+    checkpoint_bytes(l, w->format, sz);
+    const void *src[4] = {w->w13, w->w13_scales, w->w2, w->w2_scales};
+    for (int i = 0; i < w->num_experts; i++) {
+        uint8_t *dst[4], *p = s->staging;
+        for (int j = 0; j < 4; j++) {
+            dst[j] = p;
+            p += (sz[j] + 15) / 16 * 16;
+            if (src[j] && sz[j]) {
+                cudaError_t e = cudaMemcpyAsync(dst[j], (const uint8_t *)src[j] + i * sz[j], sz[j],
+                                                cudaMemcpyHostToDevice, st);
+                if (e != cudaSuccess) return cuda_fail(e, "weight upload");
+            }
+        }
+        float *gs = s->scratch + 32; /* two floats after the prep scratch's first words */
+        if (w->format == MOE_EP_FORMAT_NVFP4) {
+            cudaMemcpyAsync(gs, w->w13_global_scale + i, sizeof(float), cudaMemcpyHostToDevice, st);
+            cudaMemcpyAsync(gs + 1, w->w2_global_scale + i, sizeof(float), cudaMemcpyHostToDevice, st);
+        }
+        int le = w->first_expert - l->first_expert + i;
+        MOE_EP_CHECK(moe_ep_launch_prep_weights(&s->dims, &s->bufs, w->format, le, 1, dst[0], dst[1],
+                                                w->format == MOE_EP_FORMAT_NVFP4 ? gs : NULL, dst[2], dst[3],
+                                                w->format == MOE_EP_FORMAT_NVFP4 ? gs + 1 : NULL,
+                                                s->scratch + 64, (moe_ep_stream_t)st));
+        cudaError_t e = cudaStreamSynchronize(st); /* the staging buffer is reused */
+        if (e != cudaSuccess) return cuda_fail(e, "weight preprocessing");
+    }
+    return MOE_EP_SUCCESS;
+}
+
+moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t l, const moe_ep_expert_weights_t *w,
+                                          moe_ep_stream_t stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t e = cudaSetDevice(l->group->device);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+    if (!w->on_device) return load_from_host(l, w, st);
+    struct moe_ep_split_state *s = l->split;
+    MOE_EP_CHECK(moe_ep_launch_prep_weights(&s->dims, &s->bufs, w->format, w->first_expert - l->first_expert,
+                                            w->num_experts, w->w13, w->w13_scales, w->w13_global_scale, w->w2,
+                                            w->w2_scales, w->w2_global_scale, s->scratch + 64, stream));
+    e = cudaStreamSynchronize(st);
+    return e == cudaSuccess ? MOE_EP_SUCCESS : cuda_fail(e, "weight preprocessing");
+}
+
+static void fill_io(const moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_ep_split_io_t *io)
+{
+    memset(io, 0, sizeof *io);
+    for (int r = 0; r < l->group->local_ranks; r++) {
+        io->x[r] = a->x[r], io->ids[r] = a->topk_ids[r];
+        io->weights[r] = a->topk_weights[r], io->out[r] = a->out[r];
+        io->t_host[r] = a->num_tokens ? a->num_tokens[r] : 0;
+    }
+    io->t_device = a->num_tokens_device;
+}
+
+moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
+                                     moe_ep_stream_t stream)
+{
+    struct moe_ep_split_state *s = l->split;
+    cudaError_t e = cudaSetDevice(l->group->device);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+    s->dims.fc1_scale = l->cfg.fc1_input_scale > 0 ? l->cfg.fc1_input_scale : 1.0f;
+    s->dims.fc2_scale = l->cfg.fc2_input_scale > 0 ? l->cfg.fc2_input_scale : 1.0f;
+    moe_ep_split_io_t io;
+    fill_io(l, args, &io);
+    MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, &io, stream));
+    MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, &io, stream));
+    MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, stream));
+    MOE_EP_CHECK(moe_ep_launch_combine(&s->dims, &s->bufs, &io, stream));
+    MOE_EP_CHECK(moe_ep_launch_publish_error(&s->bufs, stream));
+    s->forwarded = 1;
+    return MOE_EP_SUCCESS;
+}
+
+moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t l, moe_ep_stream_t stream)
+{
+    MOE_EP_REQUIRE(l != NULL && l->split != NULL && l->split->forwarded,
+                   "the expert stage runs on the rows of a previous split forward");
+    cudaSetDevice(l->group->device);
+    return moe_ep_launch_experts(&l->split->dims, &l->split->bufs, stream);
+}
+
+#else /* no CUDA: every entry point says so */
+
+size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *c, int world_size, int local_experts)
+{
+    (void)c, (void)world_size, (void)local_experts;
+    return 0;
+}
+
+moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
+{
+    (void)l;
+    return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+}
+
+void moe_ep_split_destroy(moe_ep_layer_t l) { (void)l; }
+
+moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t l, const moe_ep_expert_weights_t *w, moe_ep_stream_t s)
+{
+    (void)l, (void)w, (void)s;
+    return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+}
+
+moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_ep_stream_t s)
+{
+    (void)l, (void)a, (void)s;
+    return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+}
+
+moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t l, moe_ep_stream_t s)
+{
+    (void)l, (void)s;
+    return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+}
+#endif

@@ -1,0 +1,92 @@
+/* Routing plan on the device, no host synchronisation:
+ *   plan_begin   T of every rank (host value or device memory, range-checked),
+ *                expert counts cleared;
+ *   plan_count   per slot: id checked, position in its expert's rows taken
+ *                with an atomic (the order is free: results are position
+ *                independent);
+ *   plan_scan    expert row offsets and 64-row tile offsets (one block). */
+#include "kernels/gpu_common.cuh"
+
+__global__ void plan_begin(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_split_io_t io)
+{
+    if (moe_ep_dev_failed(b.error)) return;
+    for (int e = threadIdx.x; e < d.E; e += blockDim.x) b.expert_count[e] = 0;
+    for (int r = threadIdx.x; r < d.R; r += blockDim.x) {
+        int t = io.t_device ? io.t_device[r] : io.t_host[r];
+        if (t < 0 || t > d.T_max) {
+            moe_ep_dev_fail(b.error, MOE_EP_DEVERR_BAD_TOKENS, (uint32_t)r);
+            t = 0;
+        }
+        b.tokens[r] = t;
+    }
+}
+
+__global__ void plan_count(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_split_io_t io)
+{
+    if (moe_ep_dev_failed(b.error)) return;
+    int64_t per_rank = (int64_t)d.T_max * d.K;
+    int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= per_rank * d.R) return;
+    int r = (int)(s / per_rank);
+    int64_t i = s % per_rank; /* t * K + k */
+    int32_t pos = -1;
+    if (i / d.K < b.tokens[r]) {
+        int32_t id = io.ids[r][i];
+        int32_t local = id - d.first_expert;
+        if (id < -1 || id >= d.num_experts_global || (id >= 0 && (local < 0 || local >= d.E)))
+            moe_ep_dev_fail(b.error, MOE_EP_DEVERR_BAD_EXPERT, (uint32_t)s);
+        else if (id >= 0)
+            pos = atomicAdd(&b.expert_count[local], 1);
+    }
+    b.slot_pos[s] = pos;
+}
+
+/* One block: exclusive scans of counts (rows) and of ceil(count / 64) (tiles). */
+__global__ void plan_scan(moe_ep_split_dims_t d, moe_ep_split_bufs_t b)
+{
+    __shared__ int32_t warp_rows[32], warp_tiles[32];
+    __shared__ int32_t carry_rows, carry_tiles;
+    if (moe_ep_dev_failed(b.error)) return;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (threadIdx.x == 0) carry_rows = carry_tiles = 0;
+    __syncthreads();
+    for (int base = 0; base < d.E; base += blockDim.x) {
+        int e = base + threadIdx.x;
+        int32_t rows = e < d.E ? b.expert_count[e] : 0;
+        int32_t tiles = (rows + MOE_EP_GEMM_BM - 1) / MOE_EP_GEMM_BM;
+        int32_t sr = rows, st = tiles; /* inclusive warp scans */
+        for (int o = 1; o < 32; o <<= 1) {
+            int32_t a = __shfl_up_sync(0xFFFFFFFFu, sr, o), c = __shfl_up_sync(0xFFFFFFFFu, st, o);
+            if (lane >= o) sr += a, st += c;
+        }
+        if (lane == 31) warp_rows[warp] = sr, warp_tiles[warp] = st;
+        __syncthreads();
+        int32_t pr = 0, pt = 0;
+        for (int w = 0; w < warp; w++) pr += warp_rows[w], pt += warp_tiles[w];
+        if (e < d.E) {
+            b.expert_offset[e] = carry_rows + pr + sr - rows;
+            b.tile_offset[e] = carry_tiles + pt + st - tiles;
+        }
+        __syncthreads();
+        if (threadIdx.x == blockDim.x - 1) {
+            int32_t tr = 0, tt = 0;
+            for (int w = 0; w < nwarps; w++) tr += warp_rows[w], tt += warp_tiles[w];
+            carry_rows += tr, carry_tiles += tt;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) b.expert_offset[d.E] = carry_rows, b.tile_offset[d.E] = carry_tiles;
+}
+
+extern "C" moe_ep_status_t moe_ep_launch_plan(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
+                                              const moe_ep_split_io_t *io, moe_ep_stream_t stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    plan_begin<<<1, 256, 0, s>>>(*d, *b, *io);
+    MOE_EP_CHECK(moe_ep_launch_check("plan_begin"));
+    int64_t slots = (int64_t)d->R * d->T_max * d->K;
+    plan_count<<<(unsigned)((slots + 255) / 256), 256, 0, s>>>(*d, *b, *io);
+    MOE_EP_CHECK(moe_ep_launch_check("plan_count"));
+    plan_scan<<<1, 1024, 0, s>>>(*d, *b);
+    return moe_ep_launch_check("plan_scan");
+}

@@ -1,0 +1,109 @@
+/* The split backend's kernels as C-callable launchers, and the device buffers
+ * they share. Included by C host code and by the .cu files.
+ *
+ * Rows. A row is one (rank, token, slot) whose expert id is >= 0. Rows are laid
+ * out expert-major over all experts on this GPU: expert e owns rows
+ * [expert_offset[e], expert_offset[e+1]); GEMM tiles are 64 rows of one expert.
+ * In an emulated group the experts of rank q are contiguous, so rank q's
+ * receive buffer is the span of its experts' rows.
+ *
+ * Row formats (per row, data then scales in separate arrays):
+ *   activation rows (xq: [rows][H], aq: [rows][I]) in the path's activation
+ *   format; output rows (y: [rows][H]) in the wire format. Data bytes per row:
+ *   bf16 2n, E4M3 n, E2M1 n/2; scales per row: n/block entries of 1 byte (MX,
+ *   NVFP4), 2 bytes (FP4 wire, bf16) or 4 bytes (FP8-BLOCK, fp32).
+ *
+ * Weights (kernel layout), per local expert:
+ *   w13: [2I][H] rows in 256-row tiles, tile j = gate rows [128j, 128j+128)
+ *        then up rows [I+128j, I+128j+128), so one 256-wide GEMM1 tile holds
+ *        matching gate and up columns for 128 SwiGLU outputs.
+ *   w2:  [H][I] rows as in the checkpoint.
+ *   scales per row as for activation rows; FP8-BLOCK: the 128x128 tile scale
+ *   repeated on each of the tile's rows ([rows][K/128] fp32).
+ *   w13_gs, w2_gs: [experts] NVFP4 encode scales S (1 otherwise).
+ */
+#ifndef MOE_EP_SPLIT_KERNELS_H
+#define MOE_EP_SPLIT_KERNELS_H
+
+#include "moe_ep.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOE_EP_GPU_MAX_RANKS 64 /* local ranks of one launch (emulated group) */
+#define MOE_EP_GEMM_BM 64       /* rows per GEMM tile */
+
+/* Device error word: kind in the top 8 bits, detail below. */
+#define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
+#define MOE_EP_DEVERR_BAD_TOKENS 2u  /* detail: the rank */
+#define MOE_EP_DEVERR_TIMEOUT 3u     /* detail: which wait */
+
+typedef struct moe_ep_split_dims {
+    int R, E, K, H, I, T_max; /* local ranks, experts on this GPU, top-k, dims */
+    int first_expert;         /* global id of local expert 0 */
+    int num_experts_global;   /* valid ids are [0, num_experts_global) */
+    moe_ep_path_t path;
+    moe_ep_wire_t wire;
+    float swiglu_limit, fc1_scale, fc2_scale;
+    int num_sms;
+} moe_ep_split_dims_t;
+
+typedef struct moe_ep_split_bufs {
+    uint8_t *w13, *w13_scales, *w2, *w2_scales;
+    float *w13_gs, *w2_gs;
+    int32_t *tokens;          /* [R] T of each rank for this forward */
+    int32_t *expert_count;    /* [E] */
+    int32_t *expert_offset;   /* [E+1] */
+    int32_t *tile_offset;     /* [E+1] prefix of 64-row tiles */
+    int32_t *slot_pos;        /* [R][T_max][K] position in the expert's rows, -1 unused */
+    int32_t *row_of_slot;     /* [R][T_max][K] row id, -1 unused */
+    uint8_t *xq, *xq_scales;  /* [R*T_max*K] activation rows of H */
+    uint8_t *aq, *aq_scales;  /* [R*T_max*K] activation rows of I */
+    uint8_t *y, *y_scales;    /* [R*T_max*K] wire rows of H */
+    uint32_t *error;          /* device error word */
+    uint32_t *error_mapped;   /* host-mapped copy, written at the end of forward */
+} moe_ep_split_bufs_t;
+
+/* Per-forward inputs of every local rank, passed by value to the kernels. */
+typedef struct moe_ep_split_io {
+    const uint16_t *x[MOE_EP_GPU_MAX_RANKS];
+    const int32_t *ids[MOE_EP_GPU_MAX_RANKS];
+    const float *weights[MOE_EP_GPU_MAX_RANKS];
+    uint16_t *out[MOE_EP_GPU_MAX_RANKS];
+    int32_t t_host[MOE_EP_GPU_MAX_RANKS];
+    const int32_t *t_device; /* [R], or NULL to use t_host */
+} moe_ep_split_io_t;
+
+/* Bytes per row of n elements in format f: data, and scales. */
+int64_t moe_ep_row_data_bytes(moe_ep_format_t f, int64_t n);
+int64_t moe_ep_row_scale_bytes(moe_ep_format_t f, int64_t n);
+
+/* Forward stages; every launcher returns MOE_EP_ERROR_CUDA on a launch error. */
+moe_ep_status_t moe_ep_launch_plan(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
+                                   const moe_ep_split_io_t *io, moe_ep_stream_t stream);
+moe_ep_status_t moe_ep_launch_dispatch(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
+                                       const moe_ep_split_io_t *io, moe_ep_stream_t stream);
+moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
+                                      moe_ep_stream_t stream);
+moe_ep_status_t moe_ep_launch_combine(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
+                                      const moe_ep_split_io_t *io, moe_ep_stream_t stream);
+moe_ep_status_t moe_ep_launch_publish_error(const moe_ep_split_bufs_t *b, moe_ep_stream_t stream);
+
+/* Weight preprocessing of n experts starting at local expert le0. src_* are
+ * device copies of the checkpoint (layout of moe_ep_expert_weights_t); for
+ * format BF16 the layer quantizes to the path's weight format. gs13/gs2 are
+ * device arrays [n] of NVFP4 scales for pre-quantized NVFP4 weights. */
+moe_ep_status_t moe_ep_launch_prep_weights(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
+                                           moe_ep_format_t src_format, int le0, int n,
+                                           const void *src_w13, const void *src_w13_scales,
+                                           const float *src_gs13, const void *src_w2,
+                                           const void *src_w2_scales, const float *src_gs2,
+                                           float *scratch, moe_ep_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,786 @@
+/* The GPU backends against the CPU reference backend: every path and wire,
+ * routing corner cases, token counts, EP-size bit-exactness, CUDA graph replay
+ * with device-side token counts, device-side expert id errors, and a larger
+ * layer. Fresh random inputs each run (MOE_EP_TEST_SEED replays one);
+ * MOE_EP_TEST_BACKENDS="split,mega" picks the GPU backends (default: split).
+ * Exits 77 (skipped) when no CUDA device is usable. */
+#include "layer_fixture.h"
+#include "test_util.h"
+
+#include "formats/codec.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Declared in moe_ep.h; weak so that this test still links (and reports the
+ * gap as a failure) while the GPU backend that defines them is being written. */
+#pragma weak moe_ep_group_get_async_error
+#pragma weak moe_ep_group_reset_async_error
+
+#define MAX_RANKS 8
+#define POISON 0xFFFFu /* bf16 NaN: 0xFF bytes */
+
+/* ---- plumbing ------------------------------------------------------------- */
+
+#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+
+/* A failing CUDA call ends the test: later calls would fail for the same reason. */
+static void cuda_check(cudaError_t e, const char *what, const char *file, int line)
+{
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "FAIL %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(e));
+    test_failed++;
+    exit(test_summary("test_split"));
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static int quick(void) { return getenv("MOE_EP_TEST_QUICK") != NULL; }
+
+static moe_ep_backend_t backends[MOE_EP_BACKEND_COUNT_];
+static int num_backends;
+
+/* MOE_EP_TEST_BACKENDS: comma-separated GPU backend names; default "split". */
+static void pick_backends(void)
+{
+    const char *env = getenv("MOE_EP_TEST_BACKENDS");
+    char list[128];
+    snprintf(list, sizeof list, "%s", env && *env ? env : "split");
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int found = 0;
+        for (int b = 1; b < MOE_EP_BACKEND_COUNT_ && num_backends < MOE_EP_BACKEND_COUNT_; b++)
+            if (strcmp(tok, moe_ep_backend_name((moe_ep_backend_t)b)) == 0)
+                backends[num_backends++] = (moe_ep_backend_t)b, found = 1;
+        EXPECT(found, "MOE_EP_TEST_BACKENDS: unknown GPU backend %s", tok);
+    }
+    printf("GPU backends:");
+    for (int i = 0; i < num_backends; i++) printf(" %s", moe_ep_backend_name(backends[i]));
+    printf("\n");
+}
+
+/* Relative L2 tolerance against the reference, by path. */
+static double tolerance(moe_ep_path_t p)
+{
+    static const double tol[MOE_EP_PATH_COUNT_] = {5e-3, 1e-2, 2e-2, 2e-2, 1e-2};
+    return tol[p];
+}
+
+/* ---- layers --------------------------------------------------------------- */
+
+/* Tokens of each rank: rank r takes fixture tokens [first[r], first[r] + nt[r]). */
+typedef struct {
+    int R;
+    int32_t nt[MAX_RANKS];
+    int first[MAX_RANKS];
+} split_t;
+
+static split_t split_strided(int R, int T, int stride)
+{
+    split_t s;
+    memset(&s, 0, sizeof s);
+    s.R = R;
+    for (int r = 0; r < R; r++) s.nt[r] = T, s.first[r] = r * stride;
+    return s;
+}
+
+typedef struct {
+    moe_ep_path_t path;
+    moe_ep_wire_t wire;
+    moe_ep_backend_t backend;
+    int R, max_tokens;
+    float s1, s2; /* NVFP4 fc1/fc2 input scales */
+} spec_t;
+
+static spec_t make_spec(moe_ep_path_t path, moe_ep_wire_t wire, int R, int max_tokens)
+{
+    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f};
+    return s;
+}
+
+static const char *errmsg(void) { return moe_ep_last_error(); }
+
+/* Group and layer for the spec's backend (GPU: device 0), with the fixture's
+ * bf16 checkpoint loaded from host memory, or from device memory when
+ * dev_w13/dev_w2 are given. */
+static moe_ep_status_t make_layer_from(const fixture_t *f, const spec_t *s, cudaStream_t stream,
+                                       const void *dev_w13, const void *dev_w2,
+                                       moe_ep_group_t *g, moe_ep_layer_t *l)
+{
+    int gpu = s->backend != MOE_EP_BACKEND_REFERENCE;
+    *g = NULL, *l = NULL;
+    moe_ep_status_t st = moe_ep_group_create_emulated(s->R, gpu ? 0 : -1, g);
+    moe_ep_layer_config_t c = MOE_EP_LAYER_CONFIG_INIT;
+    c.num_experts = f->E, c.top_k = f->K, c.hidden = f->H, c.intermediate = f->I;
+    c.max_tokens_per_rank = s->max_tokens, c.swiglu_limit = f->swiglu_limit;
+    c.path = s->path, c.wire = s->wire, c.backend = s->backend;
+    if (s->path == MOE_EP_PATH_NVFP4) c.fc1_input_scale = s->s1, c.fc2_input_scale = s->s2;
+    if (!st) st = moe_ep_layer_create(*g, &c, l);
+    moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
+    w.first_expert = 0, w.num_experts = f->E;
+    w.on_device = dev_w13 != NULL;
+    w.w13 = dev_w13 ? dev_w13 : f->w13, w.w2 = dev_w2 ? dev_w2 : f->w2;
+    if (!st) st = moe_ep_layer_load_experts(*l, &w, gpu ? (moe_ep_stream_t)stream : NULL);
+    if (!st && gpu) CUDA_CHECK(cudaStreamSynchronize(stream));
+    return st;
+}
+
+static moe_ep_status_t make_layer(const fixture_t *f, const spec_t *s, cudaStream_t stream,
+                                  moe_ep_group_t *g, moe_ep_layer_t *l)
+{
+    return make_layer_from(f, s, stream, NULL, NULL, g, l);
+}
+
+static void free_layer(moe_ep_group_t g, moe_ep_layer_t l)
+{
+    moe_ep_layer_destroy(l);
+    moe_ep_group_destroy(g);
+}
+
+typedef struct {
+    const uint16_t *x[MAX_RANKS];
+    const int32_t *ids[MAX_RANKS];
+    const float *wt[MAX_RANKS];
+    uint16_t *out[MAX_RANKS];
+} ptrs_t;
+
+/* Forward arguments over base arrays laid out like the fixture (host or device). */
+static moe_ep_forward_args_t make_args(ptrs_t *p, const fixture_t *f, const split_t *sp,
+                                       const uint16_t *x, const int32_t *ids, const float *wt,
+                                       uint16_t *out)
+{
+    for (int r = 0; r < sp->R; r++) {
+        size_t t = (size_t)sp->first[r];
+        p->x[r] = x + t * f->H, p->out[r] = out ? out + t * f->H : NULL;
+        p->ids[r] = ids + t * f->K, p->wt[r] = wt + t * f->K;
+    }
+    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
+    a.num_tokens = sp->nt, a.x = p->x, a.topk_ids = p->ids, a.topk_weights = p->wt, a.out = p->out;
+    return a;
+}
+
+/* NVFP4: activation scales calibrated on the reference layer over every token. */
+static void nvfp4_scales(const fixture_t *f, spec_t *s)
+{
+    if (s->path != MOE_EP_PATH_NVFP4) return;
+    spec_t r = *s;
+    r.backend = MOE_EP_BACKEND_REFERENCE, r.R = 1, r.max_tokens = f->total_tokens;
+    r.s1 = r.s2 = 0.0f;
+    moe_ep_group_t g;
+    moe_ep_layer_t l;
+    split_t sp = split_strided(1, f->total_tokens, 0);
+    ptrs_t p;
+    moe_ep_forward_args_t a = make_args(&p, f, &sp, f->x, f->ids, f->weights, NULL);
+    moe_ep_status_t st = make_layer(f, &r, NULL, &g, &l);
+    if (!st) st = moe_ep_layer_calibrate_nvfp4(l, &a, &s->s1, &s->s2);
+    EXPECT(st == MOE_EP_SUCCESS, "nvfp4 calibration: %s", errmsg());
+    free_layer(g, l);
+}
+
+/* Reference forward; out [total_tokens][H] on the host. */
+static moe_ep_status_t ref_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
+                                   uint16_t *out)
+{
+    spec_t r = *s;
+    r.backend = MOE_EP_BACKEND_REFERENCE;
+    moe_ep_group_t g;
+    moe_ep_layer_t l;
+    ptrs_t p;
+    moe_ep_forward_args_t a = make_args(&p, f, sp, f->x, f->ids, f->weights, out);
+    moe_ep_status_t st = make_layer(f, &r, NULL, &g, &l);
+    if (!st) st = moe_ep_layer_forward(l, &a, NULL);
+    free_layer(g, l);
+    return st;
+}
+
+/* ---- device buffers ------------------------------------------------------- */
+
+typedef struct {
+    uint16_t *x, *out;
+    int32_t *ids, *nt;
+    float *wt;
+    size_t out_bytes;
+} dbuf_t;
+
+static void dev_init(dbuf_t *d, const fixture_t *f)
+{
+    size_t n = (size_t)f->total_tokens, H = (size_t)f->H, K = (size_t)f->K;
+    d->out_bytes = n * H * sizeof(uint16_t);
+    CUDA_CHECK(cudaMalloc((void **)&d->x, n * H * sizeof(uint16_t)));
+    CUDA_CHECK(cudaMalloc((void **)&d->out, d->out_bytes));
+    CUDA_CHECK(cudaMalloc((void **)&d->ids, n * K * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc((void **)&d->wt, n * K * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&d->nt, MAX_RANKS * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemcpy(d->x, f->x, n * H * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d->ids, f->ids, n * K * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d->wt, f->weights, n * K * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+static void dev_free(dbuf_t *d)
+{
+    CUDA_CHECK(cudaFree(d->x));
+    CUDA_CHECK(cudaFree(d->out));
+    CUDA_CHECK(cudaFree(d->ids));
+    CUDA_CHECK(cudaFree(d->wt));
+    CUDA_CHECK(cudaFree(d->nt));
+}
+
+static void dev_poison(const dbuf_t *d, cudaStream_t s)
+{
+    CUDA_CHECK(cudaMemsetAsync(d->out, 0xFF, d->out_bytes, s));
+}
+
+static void dev_read_out(const dbuf_t *d, uint16_t *out, cudaStream_t s)
+{
+    CUDA_CHECK(cudaMemcpyAsync(out, d->out, d->out_bytes, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/* Writes the split's token counts into the device array (stream-ordered). */
+static void dev_set_counts(const dbuf_t *d, const split_t *sp, cudaStream_t s)
+{
+    CUDA_CHECK(cudaMemcpyAsync(d->nt, sp->nt, sizeof(int32_t) * (size_t)sp->R,
+                               cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s)); /* sp->nt may be a temporary */
+}
+
+/* Enqueues one GPU forward; device_nt: token counts from d->nt. */
+static moe_ep_status_t gpu_forward(moe_ep_layer_t l, const fixture_t *f, const dbuf_t *d,
+                                   const split_t *sp, int device_nt, cudaStream_t s)
+{
+    ptrs_t p;
+    moe_ep_forward_args_t a = make_args(&p, f, sp, d->x, d->ids, d->wt, d->out);
+    if (device_nt) a.num_tokens = NULL, a.num_tokens_device = d->nt;
+    return moe_ep_layer_forward(l, &a, (moe_ep_stream_t)s);
+}
+
+static moe_ep_status_t async_error(moe_ep_group_t g)
+{
+    static int reported;
+    if (!moe_ep_group_get_async_error) {
+        if (!reported++) EXPECT(0, "the library does not define moe_ep_group_get_async_error");
+        return MOE_EP_ERROR_INTERNAL;
+    }
+    moe_ep_status_t status = MOE_EP_ERROR_INTERNAL;
+    moe_ep_status_t st = moe_ep_group_get_async_error(g, &status);
+    EXPECT(st == MOE_EP_SUCCESS, "moe_ep_group_get_async_error: %s", errmsg());
+    return status;
+}
+
+static moe_ep_status_t reset_async_error(moe_ep_group_t g)
+{
+    if (!moe_ep_group_reset_async_error) {
+        EXPECT(0, "the library does not define moe_ep_group_reset_async_error");
+        return MOE_EP_ERROR_INTERNAL;
+    }
+    return moe_ep_group_reset_async_error(g);
+}
+
+/* Waits for the stream; returns the group's device-side error status. */
+static moe_ep_status_t finish(moe_ep_group_t g, cudaStream_t s)
+{
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaGetLastError());
+    return async_error(g);
+}
+
+/* Creates the GPU layer, runs `runs` forwards (host token counts, outputs
+ * poisoned before each), checks they agree bit for bit, and returns the
+ * outputs [total_tokens][H] in out. */
+static moe_ep_status_t gpu_run(const fixture_t *f, const spec_t *s, const split_t *sp,
+                               const dbuf_t *d, cudaStream_t stream, int runs, uint16_t *out)
+{
+    moe_ep_group_t g;
+    moe_ep_layer_t l;
+    moe_ep_status_t st = make_layer(f, s, stream, &g, &l);
+    uint16_t *again = xmalloc(d->out_bytes);
+    for (int i = 0; i < runs && !st; i++) {
+        dev_poison(d, stream);
+        st = gpu_forward(l, f, d, sp, 0, stream);
+        if (!st) st = finish(g, stream);
+        if (!st) dev_read_out(d, i == 0 ? out : again, stream);
+        if (!st && i > 0)
+            EXPECT(memcmp(out, again, d->out_bytes) == 0, "%s/%s R=%d: run %d differs from run 0",
+                   moe_ep_path_name(s->path), moe_ep_wire_name(s->wire), s->R, i);
+    }
+    free(again);
+    free_layer(g, l);
+    return st;
+}
+
+/* ---- comparisons ---------------------------------------------------------- */
+
+typedef struct {
+    int64_t unwritten, nans, outside, nonzero_unrouted;
+    double err;
+} cmp_t;
+
+static int token_rank(const split_t *sp, int t)
+{
+    for (int r = 0; r < sp->R; r++)
+        if (t >= sp->first[r] && t < sp->first[r] + sp->nt[r]) return r;
+    return -1;
+}
+
+static int unrouted(const fixture_t *f, int t)
+{
+    for (int k = 0; k < f->K; k++)
+        if (f->ids[t * f->K + k] >= 0) return 0;
+    return 1;
+}
+
+/* got vs want over the split's tokens; other rows must still be poisoned. */
+static cmp_t compare(const fixture_t *f, const split_t *sp, const uint16_t *got,
+                     const uint16_t *want)
+{
+    cmp_t c = {0, 0, 0, 0, 0.0};
+    double num = 0, den = 0;
+    for (int t = 0; t < f->total_tokens; t++) {
+        int in = token_rank(sp, t) >= 0, none = unrouted(f, t);
+        for (int i = 0; i < f->H; i++) {
+            size_t j = (size_t)t * f->H + i;
+            float g = moe_ep_bf16_to_f32(got[j]), w = moe_ep_bf16_to_f32(want[j]);
+            if (!in) {
+                c.outside += got[j] != POISON;
+                continue;
+            }
+            if (got[j] == POISON) c.unwritten++;
+            else if (isnan(g)) c.nans++;
+            c.nonzero_unrouted += none && got[j] != 0;
+            num += ((double)g - w) * ((double)g - w), den += (double)w * w;
+        }
+    }
+    c.err = den > 0 ? sqrt(num / den) : sqrt(num);
+    return c;
+}
+
+static void check_case(const char *name, const fixture_t *f, const split_t *sp,
+                       const uint16_t *got, const uint16_t *want, double tol)
+{
+    cmp_t c = compare(f, sp, got, want);
+    printf("  %-52s rel L2 %.3e (tol %.0e)\n", name, c.err, tol);
+    EXPECT(c.unwritten == 0, "%s: %lld output elements not written", name, (long long)c.unwritten);
+    EXPECT(c.nans == 0, "%s: %lld NaN outputs", name, (long long)c.nans);
+    EXPECT(c.outside == 0, "%s: %lld elements written outside the tokens' rows", name,
+           (long long)c.outside);
+    EXPECT(c.nonzero_unrouted == 0, "%s: %lld nonzero outputs of tokens with every slot -1",
+           name, (long long)c.nonzero_unrouted);
+    EXPECT(c.err <= tol, "%s: rel L2 %.3e > %.0e", name, c.err, tol);
+}
+
+/* Reference vs every GPU backend on the same fixture, weights and split. */
+static void versus_reference(const char *name, const fixture_t *f, spec_t s, const split_t *sp,
+                             const dbuf_t *d, cudaStream_t stream)
+{
+    uint16_t *want = xmalloc(d->out_bytes), *got = xmalloc(d->out_bytes);
+    memset(want, 0xFF, d->out_bytes);
+    nvfp4_scales(f, &s);
+    moe_ep_status_t st = ref_forward(f, &s, sp, want);
+    EXPECT(st == MOE_EP_SUCCESS, "%s: reference: %s", name, errmsg());
+    for (int b = 0; b < num_backends && !st; b++) {
+        char label[160];
+        snprintf(label, sizeof label, "%s %s/%s %s", moe_ep_backend_name(backends[b]),
+                 moe_ep_path_name(s.path), moe_ep_wire_name(s.wire), name);
+        s.backend = backends[b];
+        memset(got, 0xFF, d->out_bytes);
+        moe_ep_status_t gs = gpu_run(f, &s, sp, d, stream, 1, got);
+        EXPECT(gs == MOE_EP_SUCCESS, "%s: %s (%s)", label, moe_ep_status_string(gs), errmsg());
+        if (gs == MOE_EP_SUCCESS) check_case(label, f, sp, got, want, tolerance(s.path));
+    }
+    free(want), free(got);
+}
+
+/* ---- cases ---------------------------------------------------------------- */
+
+enum { SE = 16, SK = 4, SH = 512, SI = 256, ST = 40, SMAX = 48 };
+
+/* Every path x every wire, R=2, 40 tokens per rank (not a multiple of any tile). */
+static void test_paths_wires(uint64_t *rng, cudaStream_t stream)
+{
+    printf("paths x wires (E %d, K %d, H %d, I %d, R 2, T %d)\n", SE, SK, SH, SI, ST);
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * ST, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    split_t sp = split_strided(2, ST, ST);
+    for (int p = 0; p < MOE_EP_PATH_COUNT_; p++)
+        for (int w = 0; w < MOE_EP_WIRE_COUNT_; w++)
+            versus_reference("uniform", &f, make_spec((moe_ep_path_t)p, (moe_ep_wire_t)w, 2, SMAX),
+                             &sp, &d, stream);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
+static const char *route_name(route_t r)
+{
+    static const char *n[] = {"uniform", "one-expert", "one-rank", "sparse"};
+    return n[r];
+}
+
+/* Routing corner cases, every path (wire varies with the path). */
+static void test_routes(uint64_t *rng, cudaStream_t stream)
+{
+    printf("routing cases\n");
+    route_t routes[] = {ROUTE_ONE_EXPERT, ROUTE_ONE_RANK, ROUTE_SPARSE};
+    for (int ri = 0; ri < 3; ri++) {
+        fixture_t f;
+        fixture_init(&f, SE, SK, SH, SI, 2 * ST, routes[ri], rng);
+        dbuf_t d;
+        dev_init(&d, &f);
+        split_t sp = split_strided(2, ST, ST);
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) {
+            moe_ep_wire_t w = (moe_ep_wire_t)((p + ri) % MOE_EP_WIRE_COUNT_);
+            versus_reference(route_name(routes[ri]), &f, make_spec((moe_ep_path_t)p, w, 2, SMAX),
+                             &sp, &d, stream);
+        }
+        dev_free(&d);
+        fixture_free(&f);
+    }
+}
+
+/* T = 0, 1, max_tokens_per_rank, and uneven counts across ranks. */
+static void test_token_counts(uint64_t *rng, cudaStream_t stream)
+{
+    printf("token counts (max_tokens_per_rank %d)\n", SMAX);
+    static const int32_t counts[][2] = {{0, 0}, {1, 1}, {SMAX, SMAX}, {SMAX, 0}, {0, 17}, {1, SMAX}};
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * SMAX, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        split_t sp = split_strided(2, 0, SMAX);
+        sp.nt[0] = counts[c][0], sp.nt[1] = counts[c][1];
+        char name[48];
+        snprintf(name, sizeof name, "T = {%d, %d}", (int)sp.nt[0], (int)sp.nt[1]);
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) {
+            if (quick() && p != MOE_EP_PATH_MXFP8) continue;
+            moe_ep_wire_t w = (moe_ep_wire_t)((p + (int)c) % MOE_EP_WIRE_COUNT_);
+            versus_reference(name, &f, make_spec((moe_ep_path_t)p, w, 2, SMAX), &sp, &d, stream);
+        }
+    }
+    dev_free(&d);
+    fixture_free(&f);
+}
+
+/* The same 64 tokens on R = 1, 2, 4, 8 ranks give the same bytes, run after run. */
+static void test_ep_invariance(uint64_t *rng, cudaStream_t stream)
+{
+    enum { TOTAL = 64 };
+    printf("EP-size bit-exactness (R = 1, 2, 4, 8; %d tokens)\n", TOTAL);
+    route_t routes[] = {ROUTE_UNIFORM, ROUTE_ONE_EXPERT, ROUTE_SPARSE};
+    for (int ri = 0; ri < 3; ri++) {
+        fixture_t f;
+        fixture_init(&f, SE, SK, SH, SI, TOTAL, routes[ri], rng);
+        dbuf_t d;
+        dev_init(&d, &f);
+        uint16_t *base = xmalloc(d.out_bytes), *out = xmalloc(d.out_bytes);
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++)
+            for (int b = 0; b < num_backends; b++) {
+                spec_t s = make_spec((moe_ep_path_t)p, (moe_ep_wire_t)(p % MOE_EP_WIRE_COUNT_), 1, TOTAL);
+                s.backend = backends[b];
+                nvfp4_scales(&f, &s);
+                for (int R = 1; R <= MAX_RANKS; R *= 2) {
+                    split_t sp = split_strided(R, TOTAL / R, TOTAL / R);
+                    s.R = R, s.max_tokens = TOTAL / R;
+                    moe_ep_status_t st = gpu_run(&f, &s, &sp, &d, stream, 2, R == 1 ? base : out);
+                    EXPECT(st == MOE_EP_SUCCESS, "%s %s R=%d: %s", route_name(routes[ri]),
+                           moe_ep_path_name(p), R, errmsg());
+                    if (R > 1 && !st)
+                        EXPECT(memcmp(base, out, d.out_bytes) == 0, "%s %s %s: R=%d differs from R=1",
+                               moe_ep_backend_name(s.backend), route_name(routes[ri]),
+                               moe_ep_path_name(p), R);
+                }
+                printf("  %s %s/%s %s: R = 1, 2, 4, 8 compared\n", moe_ep_backend_name(s.backend),
+                       moe_ep_path_name(s.path), moe_ep_wire_name(s.wire), route_name(routes[ri]));
+            }
+        free(base), free(out);
+        dev_free(&d);
+        fixture_free(&f);
+    }
+}
+
+/* Captures one forward reading num_tokens_device; returns 0 on success. */
+static int capture_forward(moe_ep_layer_t l, const fixture_t *f, const dbuf_t *d,
+                           const split_t *sp, cudaStream_t s, cudaGraphExec_t *exec)
+{
+    cudaGraph_t graph = NULL;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    moe_ep_status_t st = gpu_forward(l, f, d, sp, 1, s);
+    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    EXPECT(st == MOE_EP_SUCCESS, "forward during capture: %s", errmsg());
+    EXPECT(e == cudaSuccess, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+    if (e == cudaSuccess && st == MOE_EP_SUCCESS) {
+        e = cudaGraphInstantiate(exec, graph, 0);
+        EXPECT(e == cudaSuccess, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+    }
+    if (graph) CUDA_CHECK(cudaGraphDestroy(graph));
+    (void)cudaGetLastError(); /* a failed capture leaves a non-sticky error */
+    return e != cudaSuccess || st != MOE_EP_SUCCESS;
+}
+
+/* Graph replay with counts written into the device array vs eager forwards. */
+static void replay_counts(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t *f, const dbuf_t *d,
+                          cudaGraphExec_t exec, cudaStream_t s, const char *label)
+{
+    static const int32_t counts[][2] = {{SMAX, SMAX}, {1, 1}, {17, 40}, {0, 5}, {0, 0}, {33, SMAX}};
+    uint16_t *graph_out = xmalloc(d->out_bytes), *eager_out = xmalloc(d->out_bytes);
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        split_t sp = split_strided(2, 0, SMAX);
+        sp.nt[0] = counts[c][0], sp.nt[1] = counts[c][1];
+        dev_set_counts(d, &sp, s);
+        dev_poison(d, s);
+        CUDA_CHECK(cudaGraphLaunch(exec, s));
+        moe_ep_status_t st = finish(g, s);
+        EXPECT(st == MOE_EP_SUCCESS, "%s: replay T={%d,%d}: %s", label, (int)sp.nt[0], (int)sp.nt[1],
+               moe_ep_status_string(st));
+        dev_read_out(d, graph_out, s);
+        dev_poison(d, s);
+        st = gpu_forward(l, f, d, &sp, 0, s);
+        if (!st) st = finish(g, s);
+        EXPECT(st == MOE_EP_SUCCESS, "%s: eager T={%d,%d}: %s", label, (int)sp.nt[0], (int)sp.nt[1], errmsg());
+        dev_read_out(d, eager_out, s);
+        cmp_t cm = compare(f, &sp, graph_out, eager_out);
+        EXPECT(cm.unwritten == 0 && cm.outside == 0, "%s: replay T={%d,%d}: %lld unwritten, %lld outside",
+               label, (int)sp.nt[0], (int)sp.nt[1], (long long)cm.unwritten, (long long)cm.outside);
+        EXPECT(memcmp(graph_out, eager_out, d->out_bytes) == 0, "%s: replay T={%d,%d} differs from eager",
+               label, (int)sp.nt[0], (int)sp.nt[1]);
+    }
+    printf("  %s: graph replayed for %zu token counts\n", label, sizeof counts / sizeof counts[0]);
+    free(graph_out), free(eager_out);
+}
+
+/* Eager forward with device counts equals host counts. */
+static void device_counts_eager(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t *f,
+                                const dbuf_t *d, cudaStream_t s, const char *label)
+{
+    uint16_t *a = xmalloc(d->out_bytes), *b = xmalloc(d->out_bytes);
+    split_t sp = split_strided(2, 0, SMAX);
+    sp.nt[0] = 29, sp.nt[1] = SMAX;
+    dev_set_counts(d, &sp, s);
+    dev_poison(d, s);
+    moe_ep_status_t st = gpu_forward(l, f, d, &sp, 1, s);
+    if (!st) st = finish(g, s);
+    EXPECT(st == MOE_EP_SUCCESS, "%s: forward with num_tokens_device: %s", label, errmsg());
+    dev_read_out(d, a, s);
+    dev_poison(d, s);
+    st = gpu_forward(l, f, d, &sp, 0, s);
+    if (!st) st = finish(g, s);
+    EXPECT(st == MOE_EP_SUCCESS, "%s: forward: %s", label, errmsg());
+    dev_read_out(d, b, s);
+    EXPECT(memcmp(a, b, d->out_bytes) == 0, "%s: num_tokens_device differs from num_tokens", label);
+    free(a), free(b);
+}
+
+static void test_graph(uint64_t *rng, cudaStream_t stream)
+{
+    printf("CUDA graph with num_tokens_device\n");
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * SMAX, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    static const moe_ep_path_t paths[] = {MOE_EP_PATH_MXFP8, MOE_EP_PATH_NVFP4};
+    static const moe_ep_wire_t wires[] = {MOE_EP_WIRE_BF16, MOE_EP_WIRE_FP4};
+    for (int b = 0; b < num_backends; b++)
+        for (int i = 0; i < 2; i++) {
+            spec_t s = make_spec(paths[i], wires[i], 2, SMAX);
+            s.backend = backends[b];
+            nvfp4_scales(&f, &s);
+            char label[96];
+            snprintf(label, sizeof label, "%s %s/%s", moe_ep_backend_name(s.backend),
+                     moe_ep_path_name(s.path), moe_ep_wire_name(s.wire));
+            moe_ep_group_t g;
+            moe_ep_layer_t l;
+            moe_ep_status_t st = make_layer(&f, &s, stream, &g, &l);
+            EXPECT(st == MOE_EP_SUCCESS, "%s: %s", label, errmsg());
+            if (!st) device_counts_eager(g, l, &f, &d, stream, label);
+            split_t sp = split_strided(2, SMAX, SMAX);
+            cudaGraphExec_t exec = NULL;
+            if (!st && capture_forward(l, &f, &d, &sp, stream, &exec) == 0) {
+                replay_counts(g, l, &f, &d, exec, stream, label);
+                CUDA_CHECK(cudaGraphExecDestroy(exec));
+            }
+            free_layer(g, l);
+        }
+    dev_free(&d);
+    fixture_free(&f);
+}
+
+static int all_poison(const uint16_t *o, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (o[i] != POISON) return 0;
+    return 1;
+}
+
+/* A bad id is reported after sync, outputs untouched, later forwards do
+ * nothing until the error is reset; then a good forward works again. */
+static void bad_id_sequence(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t *f, const dbuf_t *d,
+                            const uint16_t *good, int32_t bad, cudaStream_t s)
+{
+    split_t sp = split_strided(2, ST, ST);
+    size_t nids = (size_t)f->total_tokens * f->K, slot = (size_t)(ST + 7) * f->K + 2;
+    uint16_t *out = xmalloc(d->out_bytes);
+    int32_t *ids = xmalloc(nids * sizeof(int32_t));
+    memcpy(ids, f->ids, nids * sizeof(int32_t));
+    ids[slot] = bad; /* rank 1, token 7, slot 2 */
+    CUDA_CHECK(cudaMemcpy(d->ids, ids, nids * sizeof(int32_t), cudaMemcpyHostToDevice));
+    dev_poison(d, s);
+    moe_ep_status_t st = gpu_forward(l, f, d, &sp, 0, s);
+    EXPECT(st == MOE_EP_SUCCESS, "id %d: forward should enqueue: %s", (int)bad, errmsg());
+    st = finish(g, s);
+    EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT, "id %d: async error %s, want INVALID_ARGUMENT",
+           (int)bad, moe_ep_status_string(st));
+    EXPECT(st == MOE_EP_SUCCESS || moe_ep_last_error()[0] != '\0', "id %d: no detail", (int)bad);
+    printf("  id %d: %s (%s)\n", (int)bad, moe_ep_status_string(st), errmsg());
+    dev_read_out(d, out, s);
+    EXPECT(all_poison(out, d->out_bytes / 2), "id %d: outputs written despite the error", (int)bad);
+    /* Good inputs, error not reset: the forward must do nothing. */
+    CUDA_CHECK(cudaMemcpy(d->ids, f->ids, nids * sizeof(int32_t), cudaMemcpyHostToDevice));
+    dev_poison(d, s);
+    (void)gpu_forward(l, f, d, &sp, 0, s);
+    st = finish(g, s);
+    EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT, "id %d: error not kept until reset (%s)", (int)bad,
+           moe_ep_status_string(st));
+    dev_read_out(d, out, s);
+    EXPECT(all_poison(out, d->out_bytes / 2), "id %d: forward before reset wrote outputs", (int)bad);
+    /* Reset: works again, same bytes as before. */
+    EXPECT(reset_async_error(g) == MOE_EP_SUCCESS, "reset: %s", errmsg());
+    EXPECT(async_error(g) == MOE_EP_SUCCESS, "id %d: error still reported after reset", (int)bad);
+    dev_poison(d, s);
+    st = gpu_forward(l, f, d, &sp, 0, s);
+    if (!st) st = finish(g, s);
+    EXPECT(st == MOE_EP_SUCCESS, "id %d: forward after reset: %s", (int)bad, errmsg());
+    dev_read_out(d, out, s);
+    EXPECT(memcmp(out, good, d->out_bytes) == 0, "id %d: forward after reset differs", (int)bad);
+    free(out), free(ids);
+}
+
+static void test_bad_ids(uint64_t *rng, cudaStream_t stream)
+{
+    printf("expert id out of range\n");
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * ST, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    uint16_t *good = xmalloc(d.out_bytes);
+    for (int b = 0; b < num_backends; b++) {
+        spec_t s = make_spec(MOE_EP_PATH_MXFP8, MOE_EP_WIRE_BF16, 2, SMAX);
+        s.backend = backends[b];
+        moe_ep_group_t g;
+        moe_ep_layer_t l;
+        moe_ep_status_t st = make_layer(&f, &s, stream, &g, &l);
+        EXPECT(st == MOE_EP_SUCCESS, "%s: %s", moe_ep_backend_name(s.backend), errmsg());
+        split_t sp = split_strided(2, ST, ST);
+        if (!st) {
+            dev_poison(&d, stream);
+            st = gpu_forward(l, &f, &d, &sp, 0, stream);
+            if (!st) st = finish(g, stream);
+            EXPECT(st == MOE_EP_SUCCESS, "good forward: %s", errmsg());
+            dev_read_out(&d, good, stream);
+        }
+        if (!st) bad_id_sequence(g, l, &f, &d, good, SE, stream);
+        if (!st) bad_id_sequence(g, l, &f, &d, good, -2, stream);
+        free_layer(g, l);
+    }
+    free(good);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
+/* bf16 weights given in device memory load to the same bytes as host weights. */
+static void test_device_weights(uint64_t *rng, cudaStream_t stream)
+{
+    printf("weights from device memory\n");
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * ST, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    size_t n13 = sizeof(uint16_t) * SE * 2 * SI * SH, n2 = sizeof(uint16_t) * SE * SH * SI;
+    void *w13, *w2;
+    CUDA_CHECK(cudaMalloc(&w13, n13));
+    CUDA_CHECK(cudaMalloc(&w2, n2));
+    CUDA_CHECK(cudaMemcpy(w13, f.w13, n13, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(w2, f.w2, n2, cudaMemcpyHostToDevice));
+    uint16_t *a = xmalloc(d.out_bytes), *b = xmalloc(d.out_bytes);
+    split_t sp = split_strided(2, ST, ST);
+    for (int bi = 0; bi < num_backends; bi++)
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) {
+            spec_t s = make_spec((moe_ep_path_t)p, MOE_EP_WIRE_BF16, 2, SMAX);
+            s.backend = backends[bi];
+            nvfp4_scales(&f, &s);
+            moe_ep_status_t st = gpu_run(&f, &s, &sp, &d, stream, 1, a);
+            moe_ep_group_t g;
+            moe_ep_layer_t l;
+            g = NULL, l = NULL;
+            if (!st) st = make_layer_from(&f, &s, stream, w13, w2, &g, &l);
+            if (!st) {
+                dev_poison(&d, stream);
+                st = gpu_forward(l, &f, &d, &sp, 0, stream);
+            }
+            if (!st) st = finish(g, stream);
+            if (!st) dev_read_out(&d, b, stream);
+            EXPECT(st == MOE_EP_SUCCESS, "%s %s: %s", moe_ep_backend_name(s.backend), moe_ep_path_name(p), errmsg());
+            EXPECT(st || memcmp(a, b, d.out_bytes) == 0, "%s %s: device-loaded weights give other outputs",
+                   moe_ep_backend_name(s.backend), moe_ep_path_name(p));
+            free_layer(g, l);
+        }
+    printf("  every path compared\n");
+    free(a), free(b);
+    CUDA_CHECK(cudaFree(w13));
+    CUDA_CHECK(cudaFree(w2));
+    dev_free(&d);
+    fixture_free(&f);
+}
+
+/* ds-v4-flash-like H and I with few experts. */
+static void test_large(uint64_t *rng, cudaStream_t stream)
+{
+    printf("large layer (E 8, K 2, H 4096, I 2048, R 2, T 64)\n");
+    fixture_t f;
+    fixture_init(&f, 8, 2, 4096, 2048, 128, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    split_t sp = split_strided(2, 64, 64);
+    versus_reference("large", &f, make_spec(MOE_EP_PATH_MXFP8, MOE_EP_WIRE_BF16, 2, 64), &sp, &d, stream);
+    if (!quick())
+        versus_reference("large", &f, make_spec(MOE_EP_PATH_NVFP4, MOE_EP_WIRE_FP4, 2, 64), &sp, &d, stream);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
+int main(void)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        printf("test_split: skipped: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    pick_backends();
+    uint64_t rng = test_seed();
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    test_paths_wires(&rng, stream);
+    test_routes(&rng, stream);
+    test_token_counts(&rng, stream);
+    test_ep_invariance(&rng, stream);
+    test_graph(&rng, stream);
+    test_bad_ids(&rng, stream);
+    test_device_weights(&rng, stream);
+    test_large(&rng, stream);
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return test_summary("test_split");
+}
