@@ -257,7 +257,8 @@ MOE_EP_API moe_ep_status_t moe_ep_layer_forward(moe_ep_layer_t layer,
                                                 moe_ep_stream_t stream);
 
 /* NVFP4 path: compute fc1_input_scale and fc2_input_scale from a calibration
- * batch (same arguments as forward; host pointers). fc1 from amax(x), fc2 from
+ * batch (same arguments as forward, out may be NULL; host pointers; reference
+ * backend layers only: GPU layers take the scales through their config). fc1 from amax(x), fc2 from
  * amax of the SwiGLU output computed with the layer's (quantized) weights and
  * unquantized x. Sets them in the layer and returns them (either may be NULL). */
 MOE_EP_API moe_ep_status_t moe_ep_layer_calibrate_nvfp4(moe_ep_layer_t layer,

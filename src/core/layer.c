@@ -202,7 +202,7 @@ moe_ep_status_t moe_ep_layer_load_experts(moe_ep_layer_t layer, const moe_ep_exp
 
 /* Checks what can be checked on the host; expert ids are checked by the backend
  * (on the device for GPU backends) before any output is written. */
-static moe_ep_status_t check_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
+static moe_ep_status_t check_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *a, int need_out)
 {
     MOE_EP_REQUIRE(a != NULL, "args is NULL");
     MOE_EP_REQUIRE(a->size == sizeof(moe_ep_forward_args_t),
@@ -215,7 +215,7 @@ static moe_ep_status_t check_forward(moe_ep_layer_t l, const moe_ep_forward_args
         MOE_EP_REQUIRE(l->cfg.fc1_input_scale > 0.0f && l->cfg.fc2_input_scale > 0.0f,
                        "nvfp4: set fc1/fc2_input_scale or call moe_ep_layer_calibrate_nvfp4");
     MOE_EP_REQUIRE(a->x != NULL && a->topk_ids != NULL && a->topk_weights != NULL &&
-                       a->out != NULL,
+                       (a->out != NULL || !need_out),
                    "x, topk_ids, topk_weights and out arrays must be given");
     MOE_EP_REQUIRE(a->num_tokens != NULL || a->num_tokens_device != NULL,
                    "num_tokens or num_tokens_device must be given");
@@ -229,7 +229,7 @@ static moe_ep_status_t check_forward(moe_ep_layer_t l, const moe_ep_forward_args
                        "rank %d: num_tokens %d not in [0, max_tokens_per_rank %d]",
                        l->group->first_rank + r, t, l->cfg.max_tokens_per_rank);
         if (t > 0)
-            MOE_EP_REQUIRE(a->x[r] && a->topk_ids[r] && a->topk_weights[r] && a->out[r],
+            MOE_EP_REQUIRE(a->x[r] && a->topk_ids[r] && a->topk_weights[r] && (!need_out || a->out[r]),
                            "rank %d: NULL x, topk_ids, topk_weights or out with %d tokens",
                            l->group->first_rank + r, t);
     }
@@ -241,7 +241,7 @@ moe_ep_status_t moe_ep_layer_forward(moe_ep_layer_t layer, const moe_ep_forward_
 {
     moe_ep_clear_error();
     MOE_EP_REQUIRE(layer != NULL, "layer is NULL");
-    MOE_EP_CHECK(check_forward(layer, args));
+    MOE_EP_CHECK(check_forward(layer, args, 1));
     if (layer->cfg.backend == MOE_EP_BACKEND_REFERENCE) return moe_ep_ref_forward(layer, args);
     return moe_ep_split_forward(layer, args, stream);
 }
@@ -259,7 +259,7 @@ moe_ep_status_t moe_ep_layer_calibrate_nvfp4(moe_ep_layer_t layer, const moe_ep_
     moe_ep_layer_config_t saved = layer->cfg;
     /* The scales are the output here: satisfy check_forward's nvfp4 test. */
     layer->cfg.fc1_input_scale = layer->cfg.fc2_input_scale = 1.0f;
-    moe_ep_status_t st = check_forward(layer, args);
+    moe_ep_status_t st = check_forward(layer, args, 0);
     layer->cfg = saved;
     MOE_EP_CHECK(st);
     MOE_EP_REQUIRE(args->num_tokens != NULL, "calibration takes num_tokens on the host");

@@ -149,12 +149,19 @@ moe_ep_status_t moe_ep_ref_load_experts(moe_ep_layer_t l, const moe_ep_expert_we
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void dot16x4(const float *w, const float *const x[4], int64_t n, float out[4])
+static void dot16x4(const float *restrict w, const float *const x[4], int64_t n, float out[4])
 {
-    float acc[4][16] = {{0}};
+    const float *restrict x0 = x[0], *restrict x1 = x[1], *restrict x2 = x[2], *restrict x3 = x[3];
+    float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
     for (int64_t i = 0; i < n; i += 16)
-        for (int r = 0; r < 4; r++)
-            for (int l = 0; l < 16; l++) acc[r][l] += w[i + l] * x[r][i + l];
+        for (int l = 0; l < 16; l++) {
+            float wv = w[i + l];
+            a0[l] += wv * x0[i + l];
+            a1[l] += wv * x1[i + l];
+            a2[l] += wv * x2[i + l];
+            a3[l] += wv * x3[i + l];
+        }
+    float *acc[4] = {a0, a1, a2, a3};
     for (int r = 0; r < 4; r++) {
         for (int half = 8; half > 0; half >>= 1)
             for (int l = 0; l < half; l++) acc[r][l] += acc[r][l + half];

@@ -14,11 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Declared in moe_ep.h; weak so that this test still links (and reports the
- * gap as a failure) while the GPU backend that defines them is being written. */
-#pragma weak moe_ep_group_get_async_error
-#pragma weak moe_ep_group_reset_async_error
-
 #define MAX_RANKS 8
 #define POISON 0xFFFFu /* bf16 NaN: 0xFF bytes */
 
@@ -68,11 +63,15 @@ static void pick_backends(void)
     printf("\n");
 }
 
-/* Relative L2 tolerance against the reference, by path. */
-static double tolerance(moe_ep_path_t p)
+/* Relative L2 tolerance against the reference: the looser of the path's and
+ * the wire's. A quantized wire rounds y again, and where the GPU's fp32 sums
+ * differ from the reference's in the last bit a rounding can flip by one FP4
+ * or FP8 step (bf16 path with the fp4 wire: up to about 4e-3 seen). */
+static double tolerance(moe_ep_path_t p, moe_ep_wire_t w)
 {
-    static const double tol[MOE_EP_PATH_COUNT_] = {5e-3, 1e-2, 2e-2, 2e-2, 1e-2};
-    return tol[p];
+    static const double path_tol[MOE_EP_PATH_COUNT_] = {5e-3, 1e-2, 2e-2, 2e-2, 1e-2};
+    static const double wire_tol[MOE_EP_WIRE_COUNT_] = {0.0, 1e-2, 2e-2};
+    return path_tol[p] > wire_tol[w] ? path_tol[p] : wire_tol[w];
 }
 
 /* ---- layers --------------------------------------------------------------- */
@@ -265,24 +264,10 @@ static moe_ep_status_t gpu_forward(moe_ep_layer_t l, const fixture_t *f, const d
 
 static moe_ep_status_t async_error(moe_ep_group_t g)
 {
-    static int reported;
-    if (!moe_ep_group_get_async_error) {
-        if (!reported++) EXPECT(0, "the library does not define moe_ep_group_get_async_error");
-        return MOE_EP_ERROR_INTERNAL;
-    }
     moe_ep_status_t status = MOE_EP_ERROR_INTERNAL;
     moe_ep_status_t st = moe_ep_group_get_async_error(g, &status);
     EXPECT(st == MOE_EP_SUCCESS, "moe_ep_group_get_async_error: %s", errmsg());
     return status;
-}
-
-static moe_ep_status_t reset_async_error(moe_ep_group_t g)
-{
-    if (!moe_ep_group_reset_async_error) {
-        EXPECT(0, "the library does not define moe_ep_group_reset_async_error");
-        return MOE_EP_ERROR_INTERNAL;
-    }
-    return moe_ep_group_reset_async_error(g);
 }
 
 /* Waits for the stream; returns the group's device-side error status. */
@@ -394,7 +379,7 @@ static void versus_reference(const char *name, const fixture_t *f, spec_t s, con
         memset(got, 0xFF, d->out_bytes);
         moe_ep_status_t gs = gpu_run(f, &s, sp, d, stream, 1, got);
         EXPECT(gs == MOE_EP_SUCCESS, "%s: %s (%s)", label, moe_ep_status_string(gs), errmsg());
-        if (gs == MOE_EP_SUCCESS) check_case(label, f, sp, got, want, tolerance(s.path));
+        if (gs == MOE_EP_SUCCESS) check_case(label, f, sp, got, want, tolerance(s.path, s.wire));
     }
     free(want), free(got);
 }
@@ -653,7 +638,7 @@ static void bad_id_sequence(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t 
     dev_read_out(d, out, s);
     EXPECT(all_poison(out, d->out_bytes / 2), "id %d: forward before reset wrote outputs", (int)bad);
     /* Reset: works again, same bytes as before. */
-    EXPECT(reset_async_error(g) == MOE_EP_SUCCESS, "reset: %s", errmsg());
+    EXPECT(moe_ep_group_reset_async_error(g) == MOE_EP_SUCCESS, "reset: %s", errmsg());
     EXPECT(async_error(g) == MOE_EP_SUCCESS, "id %d: error still reported after reset", (int)bad);
     dev_poison(d, s);
     st = gpu_forward(l, f, d, &sp, 0, s);
