@@ -10,21 +10,25 @@
  * A persistent grid walks the tiles; tile -> (expert, row block) through the
  * tile prefix of the plan.
  *
- * Operands are loaded from their stored formats and converted to bf16 in
- * shared memory (exact for every format once power-of-two / E4M3 block scales
- * are folded in; FP8-BLOCK scales are applied per 128-wide K block to an fp32
- * partial sum; the NVFP4 global scales S in the epilogue). The tensor-core
- * instruction is mma.sync m16n8k16 bf16 -> fp32: 8 warps as 2 (M) x 4 (N),
- * each warp 32 x BN/4.
+ * Pipeline: cp.async copies the raw stored bytes (data and block scales) of
+ * each K step into a ring of STAGES shared-memory slots, STAGES - 1 steps
+ * ahead of the math. bf16 operands feed ldmatrix straight from their slot
+ * (rows padded by 16 bytes, no bank conflicts); quantized operands are first
+ * converted to bf16 tiles (exact for every format once power-of-two / E4M3
+ * block scales are folded in; FP8-BLOCK scales are applied per 128-wide K
+ * block to an fp32 partial sum; the NVFP4 global scales S in the epilogue).
+ * The tensor-core instruction is mma.sync m16n8k16 bf16 -> fp32: 8 warps as
+ * 2 (M) x 4 (N), each warp 32 x BN/4.
  *
  * Each output element's K reduction runs in a fixed order whatever tile or
  * rank its row landed in: results are position independent. */
 #include "kernels/gpu_common.cuh"
 
 #define BM MOE_EP_GEMM_BM
-#define BK 32
-#define KPAD 8 /* bf16 padding per smem row: 80-byte rows, no ldmatrix conflicts */
+#define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
 #define THREADS 256
+#define STAGES 3
+#define SC_SLOT 16 /* bytes of block scales per row per K step (at most 8 used) */
 
 struct gemm_args {
     moe_ep_format_t a_fmt, b_fmt, out_fmt;
@@ -73,24 +77,91 @@ __device__ __forceinline__ int tile_expert(const int32_t *tile_offset, int E, in
     return lo;
 }
 
-/* Loads the A (BM x BK) and B (BN x BK) tiles at k0 into shared memory as bf16. */
+__device__ __forceinline__ void cp_async(void *dst, const void *src, int bytes, bool valid)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    int n = valid ? bytes : 0; /* 0: fill with zeros, read nothing */
+    if (bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+    else if (bytes == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(n));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* Shared-memory plan of one K step's raw slot: A rows then B rows (data with a
+ * 16-byte pad per row when ldmatrix reads it directly), then their scales. */
+struct stage_layout {
+    int a_pitch, b_pitch;     /* bytes per row of data in the slot */
+    int a_bytes, b_bytes;     /* data bytes per row actually copied */
+    int a_sc, b_sc;           /* scale bytes per row per K step (0, 4 or 8) */
+    int slot_bytes;
+};
+
+template <int BN, bool DIRECT>
+__host__ __device__ __forceinline__ stage_layout make_layout(moe_ep_format_t af, moe_ep_format_t bf, int bk)
+{
+    stage_layout L;
+    L.a_bytes = (int)moe_ep_dev_row_bytes(af, bk);
+    L.b_bytes = (int)moe_ep_dev_row_bytes(bf, bk);
+    L.a_pitch = L.a_bytes + (DIRECT ? 16 : 0);
+    L.b_pitch = L.b_bytes + (DIRECT ? 16 : 0);
+    L.a_sc = (int)moe_ep_dev_scale_row_bytes(af, bk);
+    L.b_sc = (int)moe_ep_dev_scale_row_bytes(bf, bk);
+    L.slot_bytes = BM * L.a_pitch + BN * L.b_pitch + (BM + BN) * SC_SLOT;
+    return L;
+}
+
+/* Issues the cp.async copies of K step k0 into slot `slot` (A rows past
+ * rows_valid are zero-filled). */
 template <int BN>
-__device__ __forceinline__ void load_tiles(const gemm_args &g, int64_t row0, int rows_valid,
-                                           const uint8_t *bw, const uint8_t *bws, int k0,
-                                           __nv_bfloat16 (*As)[BK + KPAD], __nv_bfloat16 (*Bs)[BK + KPAD])
+__device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layout &L, uint8_t *slot,
+                                            int64_t row0, int rows_valid, const uint8_t *bw,
+                                            const uint8_t *bws, int k0)
 {
     int64_t a_rb = moe_ep_dev_row_bytes(g.a_fmt, g.K), a_sb = moe_ep_dev_scale_row_bytes(g.a_fmt, g.K);
     int64_t b_rb = moe_ep_dev_row_bytes(g.b_fmt, g.K), b_sb = moe_ep_dev_scale_row_bytes(g.b_fmt, g.K);
+    int64_t a_k = moe_ep_dev_row_bytes(g.a_fmt, k0), b_k = moe_ep_dev_row_bytes(g.b_fmt, k0);
+    int a_chunks = L.a_bytes / 16, b_chunks = L.b_bytes / 16;
+    uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
+    for (int c = threadIdx.x; c < BM * a_chunks; c += THREADS) {
+        int m = c / a_chunks, j = c % a_chunks;
+        bool ok = m < rows_valid;
+        cp_async(slot + m * L.a_pitch + 16 * j, g.a + (ok ? row0 + m : row0) * a_rb + a_k + 16 * j, 16, ok);
+    }
+    for (int c = threadIdx.x; c < BN * b_chunks; c += THREADS) {
+        int n = c / b_chunks, j = c % b_chunks;
+        cp_async(b_slot + n * L.b_pitch + 16 * j, bw + n * b_rb + b_k + 16 * j, 16, true);
+    }
+    if (L.a_sc)
+        for (int m = threadIdx.x; m < BM; m += THREADS) {
+            bool ok = m < rows_valid;
+            cp_async(sc_slot + m * SC_SLOT, g.a_scales + (ok ? row0 + m : row0) * a_sb + moe_ep_dev_scale_row_bytes(g.a_fmt, k0),
+                     L.a_sc, ok);
+        }
+    if (L.b_sc)
+        for (int n = threadIdx.x; n < BN; n += THREADS)
+            cp_async(sc_slot + (BM + n) * SC_SLOT, bws + n * b_sb + moe_ep_dev_scale_row_bytes(g.b_fmt, k0), L.b_sc, true);
+}
+
+/* Converts a raw slot into the bf16 tiles As (BM x BK) and Bs (BN x BK). */
+template <int BN, int BK>
+__device__ __forceinline__ void convert_stage(const gemm_args &g, const stage_layout &L, const uint8_t *slot,
+                                              __nv_bfloat16 (*As)[BK + KPAD], __nv_bfloat16 (*Bs)[BK + KPAD])
+{
+    const uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
     for (int c = threadIdx.x; c < BM * BK / 8; c += THREADS) {
         int m = c / (BK / 8), kc = (c % (BK / 8)) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (m < rows_valid)
-            v = moe_ep_load8_bf16(g.a_fmt, g.a + (row0 + m) * a_rb, g.a_scales + (row0 + m) * a_sb, k0 + kc);
-        *(uint4 *)&As[m][kc] = v;
+        *(uint4 *)&As[m][kc] = moe_ep_load8_bf16(g.a_fmt, slot + m * L.a_pitch, sc_slot + m * SC_SLOT, kc);
     }
     for (int c = threadIdx.x; c < BN * BK / 8; c += THREADS) {
         int n = c / (BK / 8), kc = (c % (BK / 8)) * 8;
-        *(uint4 *)&Bs[n][kc] = moe_ep_load8_bf16(g.b_fmt, bw + (int64_t)n * b_rb, bws + (int64_t)n * b_sb, k0 + kc);
+        *(uint4 *)&Bs[n][kc] = moe_ep_load8_bf16(g.b_fmt, b_slot + n * L.b_pitch, sc_slot + (BM + n) * SC_SLOT, kc);
     }
 }
 
@@ -136,89 +207,151 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
     }
 }
 
-template <int BN, bool BLOCK_SCALED>
+/* One K step of MMAs for this warp: A rows from a (pitch in bf16 elements), B
+ * rows from b, into acc. */
+template <int NF, int BK>
+__device__ __forceinline__ void mma_step(const __nv_bfloat16 *a, int a_pitch, const __nv_bfloat16 *b, int b_pitch,
+                                         int wm, int wn, int lane, float (*acc)[NF][4])
+{
+    constexpr int WN = NF * 8;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t af[2][4], bf[NF][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            ldmatrix_x4(af[i], a + (wm * 32 + i * 16 + (lane & 15)) * a_pitch + kk + (lane >> 4) * 8);
+#pragma unroll
+        for (int j = 0; j < NF; j++)
+            ldmatrix_x2(bf[j], b + (wn * WN + j * 8 + (lane & 7)) * b_pitch + kk + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < NF; j++) mma_bf16(acc[i][j], af[i], bf[j]);
+    }
+}
+
+/* FP8-BLOCK: acc += part * (row scale * column scale) of this 128-wide K step. */
+template <int NF>
+__device__ __forceinline__ void flush_block(const uint8_t *a_sc, const uint8_t *b_sc, int rows_valid, int wm,
+                                            int wn, int lane, float (*acc)[NF][4], float (*part)[NF][4])
+{
+    constexpr int WN = NF * 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int m = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
+            float sa = m < rows_valid ? *(const float *)(a_sc + m * SC_SLOT) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < NF; j++)
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    int n = wn * WN + j * 8 + (lane & 3) * 2 + q;
+                    float sw = *(const float *)(b_sc + n * SC_SLOT);
+                    acc[i][j][2 * h + q] = fmaf(part[i][j][2 * h + q], sa * sw, acc[i][j][2 * h + q]);
+                    part[i][j][2 * h + q] = 0.0f;
+                }
+        }
+}
+
+/* DIRECT: bf16 operands, ldmatrix from the raw slots (BK 64). Otherwise raw
+ * slots are converted to bf16 tiles first (BK 128, one FP8-BLOCK scale block). */
+template <int BN, bool BLOCK_SCALED, bool DIRECT>
 __global__ void __launch_bounds__(THREADS) grouped_gemm(gemm_args g)
 {
-    extern __shared__ __align__(16) uint8_t smem[];
+    constexpr int BK = DIRECT ? 64 : 128, NF = BN / 32;
     typedef __nv_bfloat16 Row[BK + KPAD];
-    Row *As = (Row *)smem;
-    Row *Bs = (Row *)(smem + sizeof(Row) * BM);
-    float(*C)[BN + 4] = (float(*)[BN + 4])smem; /* reused after the main loop */
-    constexpr int WN = BN / 4, NF = WN / 8;
+    extern __shared__ __align__(16) uint8_t smem[];
     if (moe_ep_dev_failed(g.error)) return;
+    const stage_layout L = make_layout<BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
+    Row *As = (Row *)(smem + STAGES * L.slot_bytes);
+    Row *Bs = As + BM;
+    float(*C)[BN + 4] = (float(*)[BN + 4])smem; /* reused after the main loop */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp & 1, wn = warp >> 1;
-    int n_tiles = g.N / BN, tiles = g.tile_offset[g.E] * n_tiles;
+    int n_tiles = g.N / BN, tiles = g.tile_offset[g.E] * n_tiles, n_k = g.K / BK;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int mt = tile / n_tiles, nt = tile % n_tiles, n0 = nt * BN;
+        int mt = tile / n_tiles, n0 = (tile % n_tiles) * BN;
         int e = tile_expert(g.tile_offset, g.E, mt);
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BM;
         int rows_valid = (int)min((int64_t)BM, (int64_t)g.expert_offset[e + 1] - row0);
         int64_t b_rows = (int64_t)e * g.N + n0;
         const uint8_t *bw = g.b + b_rows * moe_ep_dev_row_bytes(g.b_fmt, g.K);
         const uint8_t *bws = g.b_scales + b_rows * moe_ep_dev_scale_row_bytes(g.b_fmt, g.K);
-        float acc[2][NF][4], part[2][NF][BLOCK_SCALED ? 4 : 1];
+        float acc[2][NF][4], part[2][NF][4];
+#pragma unroll
         for (int i = 0; i < 2; i++)
+#pragma unroll
             for (int j = 0; j < NF; j++)
-                for (int q = 0; q < 4; q++) {
-                    acc[i][j][q] = 0.0f;
-                    if (BLOCK_SCALED) part[i][j][q] = 0.0f;
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][j][q] = part[i][j][q] = 0.0f;
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < n_k) issue_stage<BN>(g, L, smem + s * L.slot_bytes, row0, rows_valid, bw, bws, s * BK);
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < n_k; kt++) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const uint8_t *slot = smem + (kt % STAGES) * L.slot_bytes;
+            if (!DIRECT) convert_stage<BN, BK>(g, L, slot, As, Bs);
+            int next = kt + STAGES - 1;
+            if (next < n_k)
+                issue_stage<BN>(g, L, smem + (next % STAGES) * L.slot_bytes, row0, rows_valid, bw, bws, next * BK);
+            cp_async_commit();
+            if (DIRECT) {
+                mma_step<NF, BK>((const __nv_bfloat16 *)slot, L.a_pitch / 2,
+                                 (const __nv_bfloat16 *)(slot + BM * L.a_pitch), L.b_pitch / 2, wm, wn, lane, acc);
+            } else {
+                __syncthreads();
+                mma_step<NF, BK>(&As[0][0], BK + KPAD, &Bs[0][0], BK + KPAD, wm, wn, lane, BLOCK_SCALED ? part : acc);
+                if (BLOCK_SCALED) {
+                    const uint8_t *sc = slot + BM * L.a_pitch + BN * L.b_pitch;
+                    flush_block<NF>(sc, sc + BM * SC_SLOT, rows_valid, wm, wn, lane, acc, part);
                 }
-        for (int k0 = 0; k0 < g.K; k0 += BK) {
-            __syncthreads();
-            load_tiles<BN>(g, row0, rows_valid, bw, bws, k0, As, Bs);
-            __syncthreads();
-            for (int kk = 0; kk < BK; kk += 16) {
-                uint32_t af[2][4], bf[NF][2];
-                for (int i = 0; i < 2; i++) ldmatrix_x4(af[i], &As[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-                for (int j = 0; j < NF; j++) ldmatrix_x2(bf[j], &Bs[wn * WN + j * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8]);
-                for (int i = 0; i < 2; i++)
-                    for (int j = 0; j < NF; j++) mma_bf16(BLOCK_SCALED ? part[i][j] : acc[i][j], af[i], bf[j]);
-            }
-            if (BLOCK_SCALED && (k0 + BK) % 128 == 0) {
-                /* acc += part * (a scale of the row * w scale of the column) for this K block. */
-                int kb = k0 / 128;
-                int64_t a_sb = moe_ep_dev_scale_row_bytes(g.a_fmt, g.K), b_sb = moe_ep_dev_scale_row_bytes(g.b_fmt, g.K);
-                for (int i = 0; i < 2; i++)
-                    for (int h = 0; h < 2; h++) {
-                        int m = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
-                        float sa = m < rows_valid ? moe_ep_fp8_block_row_scale(g.a_scales + (row0 + m) * a_sb, kb) : 0.0f;
-                        for (int j = 0; j < NF; j++)
-                            for (int q = 0; q < 2; q++) {
-                                int n = wn * WN + j * 8 + (lane & 3) * 2 + q;
-                                float sw = moe_ep_fp8_block_row_scale(bws + (int64_t)n * b_sb, kb);
-                                acc[i][j][2 * h + q] = fmaf(part[i][j][2 * h + q], sa * sw, acc[i][j][2 * h + q]);
-                                part[i][j][2 * h + q] = 0.0f;
-                            }
-                    }
             }
         }
+        cp_async_wait<0>();
         __syncthreads();
         float scale = 1.0f; /* NVFP4: undo the global scales of both operands */
         if (g.a_fmt == MOE_EP_FORMAT_NVFP4) scale = __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e]));
+#pragma unroll
         for (int i = 0; i < 2; i++)
+#pragma unroll
             for (int j = 0; j < NF; j++)
+#pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    int m = wm * 32 + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * WN + j * 8 + (lane & 3) * 2 + (q & 1);
+                    int m = wm * 32 + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * (BN / 4) + j * 8 + (lane & 3) * 2 + (q & 1);
                     C[m][n] = __fmul_rn(acc[i][j][q], scale);
                 }
         __syncthreads();
         epilogue<BN>(g, C, row0, rows_valid, n0);
+        __syncthreads(); /* C aliases the slots the next tile fills */
     }
 }
 
-template <int BN, bool BLOCK_SCALED>
+template <int BN, bool BLOCK_SCALED, bool DIRECT>
 static moe_ep_status_t launch_gemm(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
 {
-    size_t smem_tiles = sizeof(__nv_bfloat16) * (BK + KPAD) * (BM + BN);
+    constexpr int BK = DIRECT ? 64 : 128;
+    stage_layout L = make_layout<BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
+    size_t smem = (size_t)STAGES * L.slot_bytes + (DIRECT ? 0 : sizeof(__nv_bfloat16) * (BK + KPAD) * (BM + BN));
     size_t smem_c = sizeof(float) * BM * (BN + 4);
-    size_t smem = smem_tiles > smem_c ? smem_tiles : smem_c;
-    cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BN, BLOCK_SCALED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));
+    if (smem < smem_c) smem = smem_c;
+    cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BN, BLOCK_SCALED, DIRECT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s (%zu B smem): %s", name, smem, cudaGetErrorString(e));
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BN, BLOCK_SCALED>, THREADS, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BN, BLOCK_SCALED, DIRECT>, THREADS, smem);
     if (per_sm < 1) per_sm = 1;
-    grouped_gemm<BN, BLOCK_SCALED><<<num_sms * per_sm, THREADS, smem, s>>>(g);
+    grouped_gemm<BN, BLOCK_SCALED, DIRECT><<<num_sms * per_sm, THREADS, smem, s>>>(g);
     return moe_ep_launch_check(name);
+}
+
+template <int BN>
+static moe_ep_status_t launch_for_format(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
+{
+    if (g.a_fmt == MOE_EP_FORMAT_BF16) return launch_gemm<BN, false, true>(g, num_sms, s, name);
+    if (g.a_fmt == MOE_EP_FORMAT_FP8_BLOCK) return launch_gemm<BN, true, false>(g, num_sms, s, name);
+    return launch_gemm<BN, false, false>(g, num_sms, s, name);
 }
 
 extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
@@ -229,13 +362,10 @@ extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, c
     gemm_args g1 = {af, wf, af, b->xq, b->xq_scales, b->w13, b->w13_scales, b->w13_gs, d->fc1_scale,
                     b->aq, b->aq_scales, d->fc2_scale, d->H, 2 * d->I, d->I, d->E, d->swiglu_limit,
                     b->expert_offset, b->tile_offset, b->error};
-    bool bs = af == MOE_EP_FORMAT_FP8_BLOCK;
-    moe_ep_status_t st = bs ? launch_gemm<256, true>(g1, d->num_sms, s, "grouped_gemm1_swiglu")
-                            : launch_gemm<256, false>(g1, d->num_sms, s, "grouped_gemm1_swiglu");
+    moe_ep_status_t st = launch_for_format<256>(g1, d->num_sms, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
     gemm_args g2 = {af, wf, moe_ep_wire_format_dev(d->wire), b->aq, b->aq_scales, b->w2, b->w2_scales, b->w2_gs,
                     d->fc2_scale, b->y, b->y_scales, 1.0f, d->I, d->H, d->H, d->E, 0.0f,
                     b->expert_offset, b->tile_offset, b->error};
-    return bs ? launch_gemm<128, true>(g2, d->num_sms, s, "grouped_gemm2_wire")
-              : launch_gemm<128, false>(g2, d->num_sms, s, "grouped_gemm2_wire");
+    return launch_for_format<128>(g2, d->num_sms, s, "grouped_gemm2_wire");
 }
