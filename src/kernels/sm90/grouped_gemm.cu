@@ -17,8 +17,7 @@
  * converted to bf16 tiles (exact for every format once power-of-two / E4M3
  * block scales are folded in; FP8-BLOCK scales are applied per 128-wide K
  * block to an fp32 partial sum; the NVFP4 global scales S in the epilogue).
- * The tensor-core instruction is mma.sync m16n8k16 bf16 -> fp32: 8 warps as
- * 2 (M) x 4 (N), each warp 32 x BN/4.
+ * Warps: 2 (M) x BN/32 (N), each 32 x 32 (2 x 4 MMA tiles); BN/16 warps.
  *
  * Each output element's K reduction runs in a fixed order whatever tile or
  * rank its row landed in: results are position independent. */
@@ -26,7 +25,6 @@
 
 #define BM MOE_EP_GEMM_BM
 #define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
-#define THREADS 256
 #define STAGES 3
 #define SC_SLOT 16 /* bytes of block scales per row per K step (at most 8 used) */
 
@@ -60,6 +58,14 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p)
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_e4m3(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -129,23 +135,23 @@ __device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layo
     int64_t a_k = moe_ep_dev_row_bytes(g.a_fmt, k0), b_k = moe_ep_dev_row_bytes(g.b_fmt, k0);
     int a_chunks = L.a_bytes / 16, b_chunks = L.b_bytes / 16;
     uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
-    for (int c = threadIdx.x; c < BM * a_chunks; c += THREADS) {
+    for (int c = threadIdx.x; c < BM * a_chunks; c += blockDim.x) {
         int m = c / a_chunks, j = c % a_chunks;
         bool ok = m < rows_valid;
         cp_async(slot + m * L.a_pitch + 16 * j, g.a + (ok ? row0 + m : row0) * a_rb + a_k + 16 * j, 16, ok);
     }
-    for (int c = threadIdx.x; c < BN * b_chunks; c += THREADS) {
+    for (int c = threadIdx.x; c < BN * b_chunks; c += blockDim.x) {
         int n = c / b_chunks, j = c % b_chunks;
         cp_async(b_slot + n * L.b_pitch + 16 * j, bw + n * b_rb + b_k + 16 * j, 16, true);
     }
     if (L.a_sc)
-        for (int m = threadIdx.x; m < BM; m += THREADS) {
+        for (int m = threadIdx.x; m < BM; m += blockDim.x) {
             bool ok = m < rows_valid;
             cp_async(sc_slot + m * SC_SLOT, g.a_scales + (ok ? row0 + m : row0) * a_sb + moe_ep_dev_scale_row_bytes(g.a_fmt, k0),
                      L.a_sc, ok);
         }
     if (L.b_sc)
-        for (int n = threadIdx.x; n < BN; n += THREADS)
+        for (int n = threadIdx.x; n < BN; n += blockDim.x)
             cp_async(sc_slot + (BM + n) * SC_SLOT, bws + n * b_sb + moe_ep_dev_scale_row_bytes(g.b_fmt, k0), L.b_sc, true);
 }
 
@@ -155,11 +161,11 @@ __device__ __forceinline__ void convert_stage(const gemm_args &g, const stage_la
                                               __nv_bfloat16 (*As)[BK + KPAD], __nv_bfloat16 (*Bs)[BK + KPAD])
 {
     const uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
-    for (int c = threadIdx.x; c < BM * BK / 8; c += THREADS) {
+    for (int c = threadIdx.x; c < BM * BK / 8; c += blockDim.x) {
         int m = c / (BK / 8), kc = (c % (BK / 8)) * 8;
         *(uint4 *)&As[m][kc] = moe_ep_load8_bf16(g.a_fmt, slot + m * L.a_pitch, sc_slot + m * SC_SLOT, kc);
     }
-    for (int c = threadIdx.x; c < BN * BK / 8; c += THREADS) {
+    for (int c = threadIdx.x; c < BN * BK / 8; c += blockDim.x) {
         int n = c / (BK / 8), kc = (c % (BK / 8)) * 8;
         *(uint4 *)&Bs[n][kc] = moe_ep_load8_bf16(g.b_fmt, b_slot + n * L.b_pitch, sc_slot + (BM + n) * SC_SLOT, kc);
     }
@@ -197,7 +203,7 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
     const int width = glu ? 128 : BN; /* output columns of this tile */
     int blk = g.out_fmt == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_dev_block(g.out_fmt);
     int64_t c0 = glu ? n0 / 2 : n0; /* first output column */
-    for (int item = threadIdx.x; item < BM * (width / blk); item += THREADS) {
+    for (int item = threadIdx.x; item < BM * (width / blk); item += blockDim.x) {
         int m = item / (width / blk), j = (item % (width / blk)) * blk;
         if (m >= rows_valid) continue;
         float *v = &C[m][j];
@@ -207,33 +213,54 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
     }
 }
 
-/* One K step of MMAs for this warp: A rows from a (pitch in bf16 elements), B
- * rows from b, into acc. */
-template <int NF, int BK>
-__device__ __forceinline__ void mma_step(const __nv_bfloat16 *a, int a_pitch, const __nv_bfloat16 *b, int b_pitch,
+/* Kernel modes: bf16 operands straight from the slot (BF16 path); quantized
+ * operands converted to bf16 tiles first (NVFP4); E4M3 operands straight from
+ * the slot into FP8 MMAs with the block scales applied to fp32 partial sums
+ * every SB = 32 (MX) or 128 (FP8-BLOCK) K elements (MXFP8, W4A8 after an
+ * exact E2M1 -> E4M3 conversion of the weights, FP8-BLOCK). */
+enum { MODE_BF16 = 0, MODE_CVT = 1, MODE_FP8 = 2 };
+
+/* MMAs of K elements [k0, k0 + KS) for this warp. Operands are row-major
+ * bytes with the given pitches; FP8 takes 32 elements (32 bytes) per MMA,
+ * bf16 16 elements (32 bytes). */
+template <int NF, bool FP8, int KS>
+__device__ __forceinline__ void mma_span(const uint8_t *a, int a_pitch, const uint8_t *b, int b_pitch, int k0,
                                          int wm, int wn, int lane, float (*acc)[NF][4])
 {
-    constexpr int WN = NF * 8;
+    constexpr int WN = NF * 8, EB = FP8 ? 1 : 2; /* bytes per element */
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
+    for (int kk = 0; kk < KS; kk += 32 / EB) {
+        int kb = (k0 + kk) * EB; /* byte offset of this 32-byte column */
         uint32_t af[2][4], bf[NF][2];
 #pragma unroll
         for (int i = 0; i < 2; i++)
-            ldmatrix_x4(af[i], a + (wm * 32 + i * 16 + (lane & 15)) * a_pitch + kk + (lane >> 4) * 8);
+            ldmatrix_x4(af[i], a + (wm * 32 + i * 16 + (lane & 15)) * a_pitch + kb + (lane >> 4) * 16);
 #pragma unroll
         for (int j = 0; j < NF; j++)
-            ldmatrix_x2(bf[j], b + (wn * WN + j * 8 + (lane & 7)) * b_pitch + kk + ((lane >> 3) & 1) * 8);
+            ldmatrix_x2(bf[j], b + (wn * WN + j * 8 + (lane & 7)) * b_pitch + kb + ((lane >> 3) & 1) * 16);
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int j = 0; j < NF; j++) mma_bf16(acc[i][j], af[i], bf[j]);
+            for (int j = 0; j < NF; j++) {
+                if (FP8) mma_e4m3(acc[i][j], af[i], bf[j]);
+                else mma_bf16(acc[i][j], af[i], bf[j]);
+            }
     }
 }
 
-/* FP8-BLOCK: acc += part * (row scale * column scale) of this 128-wide K step. */
-template <int NF>
-__device__ __forceinline__ void flush_block(const uint8_t *a_sc, const uint8_t *b_sc, int rows_valid, int wm,
-                                            int wn, int lane, float (*acc)[NF][4], float (*part)[NF][4])
+/* Block scale of row r in a slot's scale area: MX byte `idx`, or the fp32 of
+ * an FP8-BLOCK row. */
+template <int SB>
+__device__ __forceinline__ float slot_scale(const uint8_t *sc, int r, int idx)
+{
+    if (SB == 32) return moe_ep_ue8m0_to_f32(sc[r * SC_SLOT + idx]);
+    return *(const float *)(sc + r * SC_SLOT);
+}
+
+/* acc += part * (row scale * column scale) for scale block idx; part = 0. */
+template <int NF, int SB>
+__device__ __forceinline__ void flush_scaled(const uint8_t *a_sc, const uint8_t *b_sc, int idx, int rows_valid,
+                                             int wm, int wn, int lane, float (*acc)[NF][4], float (*part)[NF][4])
 {
     constexpr int WN = NF * 8;
 #pragma unroll
@@ -241,34 +268,59 @@ __device__ __forceinline__ void flush_block(const uint8_t *a_sc, const uint8_t *
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int m = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
-            float sa = m < rows_valid ? *(const float *)(a_sc + m * SC_SLOT) : 0.0f;
+            float sa = m < rows_valid ? slot_scale<SB>(a_sc, m, idx) : 0.0f;
 #pragma unroll
             for (int j = 0; j < NF; j++)
 #pragma unroll
                 for (int q = 0; q < 2; q++) {
-                    int n = wn * WN + j * 8 + (lane & 3) * 2 + q;
-                    float sw = *(const float *)(b_sc + n * SC_SLOT);
+                    float sw = slot_scale<SB>(b_sc, wn * WN + j * 8 + (lane & 3) * 2 + q, idx);
                     acc[i][j][2 * h + q] = fmaf(part[i][j][2 * h + q], sa * sw, acc[i][j][2 * h + q]);
                     part[i][j][2 * h + q] = 0.0f;
                 }
         }
 }
 
-/* DIRECT: bf16 operands, ldmatrix from the raw slots (BK 64). Otherwise raw
- * slots are converted to bf16 tiles first (BK 128, one FP8-BLOCK scale block). */
-template <int BN, bool BLOCK_SCALED, bool DIRECT>
-__global__ void __launch_bounds__(THREADS) grouped_gemm(gemm_args g)
+/* W4A8: the slot's MXFP4 weight rows (BK/2 bytes) -> E4M3 bytes in Bq
+ * (exact: every E2M1 value is an E4M3 value), one byte pair per lookup. */
+template <int BN, int BK>
+__device__ __forceinline__ void convert_fp4_to_e4m3(const uint8_t *b_slot, int b_pitch, uint8_t *Bq,
+                                                    const uint16_t *lut)
 {
-    constexpr int BK = DIRECT ? 64 : 128, NF = BN / 32;
+    constexpr int CH = BK / 16; /* 8-byte source chunks per row */
+    for (int c = threadIdx.x; c < BN * CH; c += blockDim.x) {
+        int n = c / CH, j = c % CH;
+        uint2 v = *(const uint2 *)(b_slot + n * b_pitch + 8 * j);
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t src = i < 2 ? v.x : v.y, sh = 16 * (i & 1);
+            w[i] = lut[(src >> sh) & 0xFF] | ((uint32_t)lut[(src >> (sh + 8)) & 0xFF] << 16);
+        }
+        *(uint4 *)(Bq + n * (BK + 16) + 16 * j) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+template <int BN, int MODE, int SB>
+__global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
+{
+    constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4;
+    constexpr bool DIRECT = MODE != MODE_CVT;
     typedef __nv_bfloat16 Row[BK + KPAD];
     extern __shared__ __align__(16) uint8_t smem[];
     if (moe_ep_dev_failed(g.error)) return;
     const stage_layout L = make_layout<BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
-    Row *As = (Row *)(smem + STAGES * L.slot_bytes);
-    Row *Bs = As + BM;
+    uint8_t *extra = smem + STAGES * L.slot_bytes;
+    Row *As = (Row *)extra, *Bs = As + BM;              /* MODE_CVT */
+    uint8_t *Bq = extra;                                /* MODE_FP8 with FP4 weights */
+    uint16_t *lut = (uint16_t *)(extra + BN * (BK + 16));
+    const bool b_fp4 = MODE == MODE_FP8 && g.b_fmt == MOE_EP_FORMAT_MXFP4;
     float(*C)[BN + 4] = (float(*)[BN + 4])smem; /* reused after the main loop */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp & 1, wn = warp >> 1;
     int n_tiles = g.N / BN, tiles = g.tile_offset[g.E] * n_tiles, n_k = g.K / BK;
+    if (b_fp4)
+        for (int v = threadIdx.x; v < 256; v += blockDim.x)
+            lut[v] = (uint16_t)(moe_ep_e4m3_from_f32(moe_ep_e2m1_to_f32((uint8_t)(v & 15))) |
+                                (moe_ep_e4m3_from_f32(moe_ep_e2m1_to_f32((uint8_t)(v >> 4))) << 8));
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int mt = tile / n_tiles, n0 = (tile % n_tiles) * BN;
         int e = tile_expert(g.tile_offset, g.E, mt);
@@ -292,21 +344,28 @@ __global__ void __launch_bounds__(THREADS) grouped_gemm(gemm_args g)
             cp_async_wait<STAGES - 2>();
             __syncthreads();
             const uint8_t *slot = smem + (kt % STAGES) * L.slot_bytes;
-            if (!DIRECT) convert_stage<BN, BK>(g, L, slot, As, Bs);
+            const uint8_t *b_slot = slot + BM * L.a_pitch, *a_sc = b_slot + BN * L.b_pitch, *b_sc = a_sc + BM * SC_SLOT;
+            if (MODE == MODE_CVT) convert_stage<BN, BK>(g, L, slot, As, Bs);
+            if (b_fp4) convert_fp4_to_e4m3<BN, BK>(b_slot, L.b_pitch, Bq, lut);
             int next = kt + STAGES - 1;
             if (next < n_k)
                 issue_stage<BN>(g, L, smem + (next % STAGES) * L.slot_bytes, row0, rows_valid, bw, bws, next * BK);
             cp_async_commit();
-            if (DIRECT) {
-                mma_step<NF, BK>((const __nv_bfloat16 *)slot, L.a_pitch / 2,
-                                 (const __nv_bfloat16 *)(slot + BM * L.a_pitch), L.b_pitch / 2, wm, wn, lane, acc);
+            if (MODE == MODE_CVT || b_fp4) __syncthreads();
+            if (MODE == MODE_BF16) {
+                mma_span<NF, false, BK>(slot, L.a_pitch, b_slot, L.b_pitch, 0, wm, wn, lane, acc);
+            } else if (MODE == MODE_CVT) {
+                mma_span<NF, false, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
+                                        wm, wn, lane, acc);
             } else {
-                __syncthreads();
-                mma_step<NF, BK>(&As[0][0], BK + KPAD, &Bs[0][0], BK + KPAD, wm, wn, lane, BLOCK_SCALED ? part : acc);
-                if (BLOCK_SCALED) {
-                    const uint8_t *sc = slot + BM * L.a_pitch + BN * L.b_pitch;
-                    flush_block<NF>(sc, sc + BM * SC_SLOT, rows_valid, wm, wn, lane, acc, part);
+                const uint8_t *bp = b_fp4 ? Bq : b_slot;
+                int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
+#pragma unroll 1
+                for (int k0 = 0; k0 < BK; k0 += 32) {
+                    mma_span<NF, true, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
+                    if (SB == 32) flush_scaled<NF, SB>(a_sc, b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
                 }
+                if (SB == 128) flush_scaled<NF, SB>(a_sc, b_sc, 0, rows_valid, wm, wn, lane, acc, part);
             }
         }
         cp_async_wait<0>();
@@ -319,7 +378,7 @@ __global__ void __launch_bounds__(THREADS) grouped_gemm(gemm_args g)
             for (int j = 0; j < NF; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    int m = wm * 32 + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * (BN / 4) + j * 8 + (lane & 3) * 2 + (q & 1);
+                    int m = wm * 32 + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * 32 + j * 8 + (lane & 3) * 2 + (q & 1);
                     C[m][n] = __fmul_rn(acc[i][j][q], scale);
                 }
         __syncthreads();
@@ -328,30 +387,35 @@ __global__ void __launch_bounds__(THREADS) grouped_gemm(gemm_args g)
     }
 }
 
-template <int BN, bool BLOCK_SCALED, bool DIRECT>
+template <int BN, int MODE, int SB>
 static moe_ep_status_t launch_gemm(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
 {
-    constexpr int BK = DIRECT ? 64 : 128;
-    stage_layout L = make_layout<BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
-    size_t smem = (size_t)STAGES * L.slot_bytes + (DIRECT ? 0 : sizeof(__nv_bfloat16) * (BK + KPAD) * (BM + BN));
+    constexpr int BK = MODE == MODE_BF16 ? 64 : 128;
+    stage_layout L = make_layout<BN, MODE != MODE_CVT>(g.a_fmt, g.b_fmt, BK);
+    size_t extra = MODE == MODE_CVT ? sizeof(__nv_bfloat16) * (BK + KPAD) * (BM + BN)
+                   : g.b_fmt == MOE_EP_FORMAT_MXFP4 ? (size_t)BN * (BK + 16) + 512 : 0;
+    size_t smem = (size_t)STAGES * L.slot_bytes + extra;
     size_t smem_c = sizeof(float) * BM * (BN + 4);
     if (smem < smem_c) smem = smem_c;
-    cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BN, BLOCK_SCALED, DIRECT>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BN, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s (%zu B smem): %s", name, smem, cudaGetErrorString(e));
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BN, BLOCK_SCALED, DIRECT>, THREADS, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BN, MODE, SB>, 2 * BN, smem);
     if (per_sm < 1) per_sm = 1;
-    grouped_gemm<BN, BLOCK_SCALED, DIRECT><<<num_sms * per_sm, THREADS, smem, s>>>(g);
+    grouped_gemm<BN, MODE, SB><<<num_sms * per_sm, 2 * BN, smem, s>>>(g);
     return moe_ep_launch_check(name);
 }
 
 template <int BN>
 static moe_ep_status_t launch_for_format(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
 {
-    if (g.a_fmt == MOE_EP_FORMAT_BF16) return launch_gemm<BN, false, true>(g, num_sms, s, name);
-    if (g.a_fmt == MOE_EP_FORMAT_FP8_BLOCK) return launch_gemm<BN, true, false>(g, num_sms, s, name);
-    return launch_gemm<BN, false, false>(g, num_sms, s, name);
+    switch (g.a_fmt) {
+    case MOE_EP_FORMAT_BF16: return launch_gemm<BN, MODE_BF16, 0>(g, num_sms, s, name);
+    case MOE_EP_FORMAT_MXFP8: return launch_gemm<BN, MODE_FP8, 32>(g, num_sms, s, name);
+    case MOE_EP_FORMAT_FP8_BLOCK: return launch_gemm<BN, MODE_FP8, 128>(g, num_sms, s, name);
+    default: return launch_gemm<BN, MODE_CVT, 0>(g, num_sms, s, name);
+    }
 }
 
 extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
