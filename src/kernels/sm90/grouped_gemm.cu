@@ -23,6 +23,8 @@
  * rank its row landed in: results are position independent. */
 #include "kernels/gpu_common.cuh"
 
+#include <cuda_fp16.h>
+
 #define BM MOE_EP_GEMM_BM
 #define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
 #define STAGES 3
@@ -58,6 +60,14 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p)
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -155,19 +165,28 @@ __device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layo
             cp_async(sc_slot + (BM + n) * SC_SLOT, bws + n * b_sb + moe_ep_dev_scale_row_bytes(g.b_fmt, k0), L.b_sc, true);
 }
 
-/* Converts a raw slot into the bf16 tiles As (BM x BK) and Bs (BN x BK). */
-template <int BN, int BK>
-__device__ __forceinline__ void convert_stage(const gemm_args &g, const stage_layout &L, const uint8_t *slot,
-                                              __nv_bfloat16 (*As)[BK + KPAD], __nv_bfloat16 (*Bs)[BK + KPAD])
+/* NVFP4 element values E2M1 x E4M3 block scale are exact in fp16 (at most 5
+ * significant bits, magnitudes 2^-10 .. 2688), so both operands become fp16
+ * tiles with one table lookup and one packed multiply per element pair; the
+ * global scales S are applied in the epilogue. lut_pair[byte] holds the two
+ * E2M1 values of a byte as half2, lut_scale[code] the E4M3 value as half. */
+__device__ __forceinline__ void nvfp4_rows_to_f16(const uint8_t *data, int pitch, const uint8_t *sc, int rows,
+                                                  int bk, __half *out, int out_pitch, const uint32_t *lut_pair,
+                                                  const uint16_t *lut_scale)
 {
-    const uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
-    for (int c = threadIdx.x; c < BM * BK / 8; c += blockDim.x) {
-        int m = c / (BK / 8), kc = (c % (BK / 8)) * 8;
-        *(uint4 *)&As[m][kc] = moe_ep_load8_bf16(g.a_fmt, slot + m * L.a_pitch, sc_slot + m * SC_SLOT, kc);
-    }
-    for (int c = threadIdx.x; c < BN * BK / 8; c += blockDim.x) {
-        int n = c / (BK / 8), kc = (c % (BK / 8)) * 8;
-        *(uint4 *)&Bs[n][kc] = moe_ep_load8_bf16(g.b_fmt, b_slot + n * L.b_pitch, sc_slot + (BM + n) * SC_SLOT, kc);
+    int chunks = bk / 8; /* 8 elements = 4 bytes of data */
+    for (int c = threadIdx.x; c < rows * chunks; c += blockDim.x) {
+        int r = c / chunks, k = (c % chunks) * 8;
+        uint32_t q = *(const uint32_t *)(data + r * pitch + k / 2);
+        __half s = __ushort_as_half(lut_scale[sc[r * SC_SLOT + k / 16]]);
+        __half2 s2 = __halves2half2(s, s);
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 v = __hmul2(*(const __half2 *)&lut_pair[(q >> (8 * i)) & 0xFF], s2);
+            w[i] = *(uint32_t *)&v;
+        }
+        *(uint4 *)(out + r * out_pitch + k) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -223,11 +242,13 @@ enum { MODE_BF16 = 0, MODE_CVT = 1, MODE_FP8 = 2 };
 /* MMAs of K elements [k0, k0 + KS) for this warp. Operands are row-major
  * bytes with the given pitches; FP8 takes 32 elements (32 bytes) per MMA,
  * bf16 16 elements (32 bytes). */
-template <int NF, bool FP8, int KS>
+enum { MMA_BF16 = 0, MMA_F16 = 1, MMA_E4M3 = 2 };
+
+template <int NF, int KIND, int KS>
 __device__ __forceinline__ void mma_span(const uint8_t *a, int a_pitch, const uint8_t *b, int b_pitch, int k0,
                                          int wm, int wn, int lane, float (*acc)[NF][4])
 {
-    constexpr int WN = NF * 8, EB = FP8 ? 1 : 2; /* bytes per element */
+    constexpr int WN = NF * 8, EB = KIND == MMA_E4M3 ? 1 : 2; /* bytes per element */
 #pragma unroll
     for (int kk = 0; kk < KS; kk += 32 / EB) {
         int kb = (k0 + kk) * EB; /* byte offset of this 32-byte column */
@@ -242,7 +263,8 @@ __device__ __forceinline__ void mma_span(const uint8_t *a, int a_pitch, const ui
         for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int j = 0; j < NF; j++) {
-                if (FP8) mma_e4m3(acc[i][j], af[i], bf[j]);
+                if (KIND == MMA_E4M3) mma_e4m3(acc[i][j], af[i], bf[j]);
+                else if (KIND == MMA_F16) mma_f16(acc[i][j], af[i], bf[j]);
                 else mma_bf16(acc[i][j], af[i], bf[j]);
             }
     }
@@ -305,12 +327,14 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4;
     constexpr bool DIRECT = MODE != MODE_CVT;
-    typedef __nv_bfloat16 Row[BK + KPAD];
+    typedef __half Row[BK + KPAD];
     extern __shared__ __align__(16) uint8_t smem[];
     if (moe_ep_dev_failed(g.error)) return;
     const stage_layout L = make_layout<BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
     uint8_t *extra = smem + STAGES * L.slot_bytes;
-    Row *As = (Row *)extra, *Bs = As + BM;              /* MODE_CVT */
+    Row *As = (Row *)extra, *Bs = As + BM;              /* MODE_CVT: fp16 tiles */
+    uint32_t *lut_pair = (uint32_t *)(Bs + BN);         /* MODE_CVT tables */
+    uint16_t *lut_scale = (uint16_t *)(lut_pair + 256);
     uint8_t *Bq = extra;                                /* MODE_FP8 with FP4 weights */
     uint16_t *lut = (uint16_t *)(extra + BN * (BK + 16));
     const bool b_fp4 = MODE == MODE_FP8 && g.b_fmt == MOE_EP_FORMAT_MXFP4;
@@ -321,6 +345,13 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
         for (int v = threadIdx.x; v < 256; v += blockDim.x)
             lut[v] = (uint16_t)(moe_ep_e4m3_from_f32(moe_ep_e2m1_to_f32((uint8_t)(v & 15))) |
                                 (moe_ep_e4m3_from_f32(moe_ep_e2m1_to_f32((uint8_t)(v >> 4))) << 8));
+    if (MODE == MODE_CVT)
+        for (int v = threadIdx.x; v < 256; v += blockDim.x) {
+            __half2 h = __floats2half2_rn(moe_ep_e2m1_to_f32((uint8_t)(v & 15)), moe_ep_e2m1_to_f32((uint8_t)(v >> 4)));
+            lut_pair[v] = *(uint32_t *)&h;
+            lut_scale[v] = __half_as_ushort(__float2half_rn(moe_ep_e4m3_to_f32((uint8_t)v)));
+        }
+    __syncthreads();
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int mt = tile / n_tiles, n0 = (tile % n_tiles) * BN;
         int e = tile_expert(g.tile_offset, g.E, mt);
@@ -345,7 +376,10 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
             __syncthreads();
             const uint8_t *slot = smem + (kt % STAGES) * L.slot_bytes;
             const uint8_t *b_slot = slot + BM * L.a_pitch, *a_sc = b_slot + BN * L.b_pitch, *b_sc = a_sc + BM * SC_SLOT;
-            if (MODE == MODE_CVT) convert_stage<BN, BK>(g, L, slot, As, Bs);
+            if (MODE == MODE_CVT) {
+                nvfp4_rows_to_f16(slot, L.a_pitch, a_sc, BM, BK, &As[0][0], BK + KPAD, lut_pair, lut_scale);
+                nvfp4_rows_to_f16(b_slot, L.b_pitch, b_sc, BN, BK, &Bs[0][0], BK + KPAD, lut_pair, lut_scale);
+            }
             if (b_fp4) convert_fp4_to_e4m3<BN, BK>(b_slot, L.b_pitch, Bq, lut);
             int next = kt + STAGES - 1;
             if (next < n_k)
@@ -353,16 +387,16 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
             cp_async_commit();
             if (MODE == MODE_CVT || b_fp4) __syncthreads();
             if (MODE == MODE_BF16) {
-                mma_span<NF, false, BK>(slot, L.a_pitch, b_slot, L.b_pitch, 0, wm, wn, lane, acc);
+                mma_span<NF, MMA_BF16, BK>(slot, L.a_pitch, b_slot, L.b_pitch, 0, wm, wn, lane, acc);
             } else if (MODE == MODE_CVT) {
-                mma_span<NF, false, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
+                mma_span<NF, MMA_F16, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
                                         wm, wn, lane, acc);
             } else {
                 const uint8_t *bp = b_fp4 ? Bq : b_slot;
                 int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
 #pragma unroll 1
                 for (int k0 = 0; k0 < BK; k0 += 32) {
-                    mma_span<NF, true, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
+                    mma_span<NF, MMA_E4M3, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
                     if (SB == 32) flush_scaled<NF, SB>(a_sc, b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
                 }
                 if (SB == 128) flush_scaled<NF, SB>(a_sc, b_sc, 0, rows_valid, wm, wn, lane, acc, part);
@@ -392,7 +426,7 @@ static moe_ep_status_t launch_gemm(const gemm_args &g, int num_sms, cudaStream_t
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128;
     stage_layout L = make_layout<BN, MODE != MODE_CVT>(g.a_fmt, g.b_fmt, BK);
-    size_t extra = MODE == MODE_CVT ? sizeof(__nv_bfloat16) * (BK + KPAD) * (BM + BN)
+    size_t extra = MODE == MODE_CVT ? sizeof(__half) * (BK + KPAD) * (BM + BN) + 256 * 6
                    : g.b_fmt == MOE_EP_FORMAT_MXFP4 ? (size_t)BN * (BK + 16) + 512 : 0;
     size_t smem = (size_t)STAGES * L.slot_bytes + extra;
     size_t smem_c = sizeof(float) * BM * (BN + 4);
