@@ -197,6 +197,19 @@ static void fill_io(const moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_
     io->t_device = a->num_tokens_device;
 }
 
+/* 16-row GEMM tiles when experts get few rows on average (decode batches):
+ * less tensor work on padding; 64 otherwise (fewer weight re-reads). The
+ * choice never changes results: a row's arithmetic does not depend on its
+ * tile. With device-side token counts the host bound max_tokens_per_rank is used. */
+static int choose_tile_rows(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
+{
+    int64_t rows = 0;
+    for (int r = 0; r < l->group->local_ranks; r++)
+        rows += a->num_tokens_device || !a->num_tokens ? l->cfg.max_tokens_per_rank : a->num_tokens[r];
+    rows *= l->cfg.top_k;
+    return rows <= 24 * (int64_t)l->num_local_experts ? 16 : 64;
+}
+
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
                                      moe_ep_stream_t stream)
 {
@@ -207,6 +220,7 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args
     s->dims.fc2_scale = l->cfg.fc2_input_scale > 0 ? l->cfg.fc2_input_scale : 1.0f;
     moe_ep_split_io_t io;
     fill_io(l, args, &io);
+    s->dims.tile_rows = choose_tile_rows(l, args);
     MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, stream));
@@ -244,6 +258,19 @@ moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t l, const moe_ep_expert_
 {
     (void)l, (void)w, (void)s;
     return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+}
+
+/* 16-row GEMM tiles when experts get few rows on average (decode batches):
+ * less tensor work on padding; 64 otherwise (fewer weight re-reads). The
+ * choice never changes results: a row's arithmetic does not depend on its
+ * tile. With device-side token counts the host bound max_tokens_per_rank is used. */
+static int choose_tile_rows(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
+{
+    int64_t rows = 0;
+    for (int r = 0; r < l->group->local_ranks; r++)
+        rows += a->num_tokens_device || !a->num_tokens ? l->cfg.max_tokens_per_rank : a->num_tokens[r];
+    rows *= l->cfg.top_k;
+    return rows <= 24 * (int64_t)l->num_local_experts ? 16 : 64;
 }
 
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_ep_stream_t s)

@@ -4,7 +4,7 @@
  *   plan_count   per slot: id checked, position in its expert's rows taken
  *                with an atomic (the order is free: results are position
  *                independent);
- *   plan_scan    expert row offsets and 64-row tile offsets (one block). */
+ *   plan_scan    expert row offsets and GEMM tile offsets (one block). */
 #include "kernels/gpu_common.cuh"
 
 __global__ void plan_begin(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_split_io_t io)
@@ -41,7 +41,7 @@ __global__ void plan_count(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_
     b.slot_pos[s] = pos;
 }
 
-/* One block: exclusive scans of counts (rows) and of ceil(count / 64) (tiles). */
+/* One block: exclusive scans of counts (rows) and of ceil(count / tile_rows) (tiles). */
 __global__ void plan_scan(moe_ep_split_dims_t d, moe_ep_split_bufs_t b)
 {
     __shared__ int32_t warp_rows[32], warp_tiles[32];
@@ -53,7 +53,7 @@ __global__ void plan_scan(moe_ep_split_dims_t d, moe_ep_split_bufs_t b)
     for (int base = 0; base < d.E; base += blockDim.x) {
         int e = base + threadIdx.x;
         int32_t rows = e < d.E ? b.expert_count[e] : 0;
-        int32_t tiles = (rows + MOE_EP_GEMM_BM - 1) / MOE_EP_GEMM_BM;
+        int32_t tiles = (rows + d.tile_rows - 1) / d.tile_rows;
         int32_t sr = rows, st = tiles; /* inclusive warp scans */
         for (int o = 1; o < 32; o <<= 1) {
             int32_t a = __shfl_up_sync(0xFFFFFFFFu, sr, o), c = __shfl_up_sync(0xFFFFFFFFu, st, o);

@@ -3,7 +3,8 @@
  *
  * Rows. A row is one (rank, token, slot) whose expert id is >= 0. Rows are laid
  * out expert-major over all experts on this GPU: expert e owns rows
- * [expert_offset[e], expert_offset[e+1]); GEMM tiles are 64 rows of one expert.
+ * [expert_offset[e], expert_offset[e+1]); GEMM tiles are tile_rows (16 or 64)
+ * rows of one expert.
  * In an emulated group the experts of rank q are contiguous, so rank q's
  * receive buffer is the span of its experts' rows.
  *
@@ -34,7 +35,6 @@ extern "C" {
 #endif
 
 #define MOE_EP_GPU_MAX_RANKS 64 /* local ranks of one launch (emulated group) */
-#define MOE_EP_GEMM_BM 64       /* rows per GEMM tile */
 
 /* Device error word: kind in the top 8 bits, detail below. */
 #define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
@@ -49,6 +49,7 @@ typedef struct moe_ep_split_dims {
     moe_ep_wire_t wire;
     float swiglu_limit, fc1_scale, fc2_scale;
     int num_sms;
+    int tile_rows;            /* GEMM tile rows (16 or 64), chosen per forward */
 } moe_ep_split_dims_t;
 
 typedef struct moe_ep_split_bufs {
@@ -57,7 +58,7 @@ typedef struct moe_ep_split_bufs {
     int32_t *tokens;          /* [R] T of each rank for this forward */
     int32_t *expert_count;    /* [E] */
     int32_t *expert_offset;   /* [E+1] */
-    int32_t *tile_offset;     /* [E+1] prefix of 64-row tiles */
+    int32_t *tile_offset;     /* [E+1] prefix of tile_rows-row tiles */
     int32_t *slot_pos;        /* [R][T_max][K] position in the expert's rows, -1 unused */
     int32_t *row_of_slot;     /* [R][T_max][K] row id, -1 unused */
     uint8_t *xq, *xq_scales;  /* [R*T_max*K] activation rows of H */

@@ -5,7 +5,7 @@
  *   GEMM2: y[rows][H] = aq[rows][I] . W2[e]^T, rounded once into the wire
  *          format -> y[rows][H].
  *
- * Tiles: BM = 64 rows of one expert x BN columns (256 for GEMM1: 128 gate +
+ * Tiles: BM = 64 (or 16 when experts get few rows) rows of one expert x BN columns (256 for GEMM1: 128 gate +
  * 128 up columns of the interleaved W13; 128 for GEMM2), K in steps of 32.
  * A persistent grid walks the tiles; tile -> (expert, row block) through the
  * tile prefix of the plan.
@@ -25,7 +25,6 @@
 
 #include <cuda_fp16.h>
 
-#define BM MOE_EP_GEMM_BM
 #define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
 #define STAGES 3
 #define SC_SLOT 16 /* bytes of block scales per row per K step (at most 8 used) */
@@ -119,7 +118,7 @@ struct stage_layout {
     int slot_bytes;
 };
 
-template <int BN, bool DIRECT>
+template <int BM, int BN, bool DIRECT>
 __host__ __device__ __forceinline__ stage_layout make_layout(moe_ep_format_t af, moe_ep_format_t bf, int bk)
 {
     stage_layout L;
@@ -135,7 +134,7 @@ __host__ __device__ __forceinline__ stage_layout make_layout(moe_ep_format_t af,
 
 /* Issues the cp.async copies of K step k0 into slot `slot` (A rows past
  * rows_valid are zero-filled). */
-template <int BN>
+template <int BM, int BN>
 __device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layout &L, uint8_t *slot,
                                             int64_t row0, int rows_valid, const uint8_t *bw,
                                             const uint8_t *bws, int k0)
@@ -215,7 +214,7 @@ __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *
 /* Epilogue. GEMM1 (BN = 256): C holds h; a = SwiGLU(C[m][j], C[m][128 + j]) for
  * the tile's 128 outputs, rounded to out_fmt. GEMM2 (BN = 128): C holds y,
  * rounded to the wire format. */
-template <int BN>
+template <int BM, int BN>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0)
 {
     const bool glu = BN == 256;
@@ -244,7 +243,7 @@ enum { MODE_BF16 = 0, MODE_CVT = 1, MODE_FP8 = 2 };
  * bf16 16 elements (32 bytes). */
 enum { MMA_BF16 = 0, MMA_F16 = 1, MMA_E4M3 = 2 };
 
-template <int NF, int KIND, int KS>
+template <int MI, int NF, int KIND, int KS>
 __device__ __forceinline__ void mma_span(const uint8_t *a, int a_pitch, const uint8_t *b, int b_pitch, int k0,
                                          int wm, int wn, int lane, float (*acc)[NF][4])
 {
@@ -252,15 +251,15 @@ __device__ __forceinline__ void mma_span(const uint8_t *a, int a_pitch, const ui
 #pragma unroll
     for (int kk = 0; kk < KS; kk += 32 / EB) {
         int kb = (k0 + kk) * EB; /* byte offset of this 32-byte column */
-        uint32_t af[2][4], bf[NF][2];
+        uint32_t af[MI][4], bf[NF][2];
 #pragma unroll
-        for (int i = 0; i < 2; i++)
-            ldmatrix_x4(af[i], a + (wm * 32 + i * 16 + (lane & 15)) * a_pitch + kb + (lane >> 4) * 16);
+        for (int i = 0; i < MI; i++)
+            ldmatrix_x4(af[i], a + (wm * 16 * MI + i * 16 + (lane & 15)) * a_pitch + kb + (lane >> 4) * 16);
 #pragma unroll
         for (int j = 0; j < NF; j++)
             ldmatrix_x2(bf[j], b + (wn * WN + j * 8 + (lane & 7)) * b_pitch + kb + ((lane >> 3) & 1) * 16);
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < MI; i++)
 #pragma unroll
             for (int j = 0; j < NF; j++) {
                 if (KIND == MMA_E4M3) mma_e4m3(acc[i][j], af[i], bf[j]);
@@ -280,16 +279,16 @@ __device__ __forceinline__ float slot_scale(const uint8_t *sc, int r, int idx)
 }
 
 /* acc += part * (row scale * column scale) for scale block idx; part = 0. */
-template <int NF, int SB>
+template <int MI, int NF, int SB>
 __device__ __forceinline__ void flush_scaled(const uint8_t *a_sc, const uint8_t *b_sc, int idx, int rows_valid,
                                              int wm, int wn, int lane, float (*acc)[NF][4], float (*part)[NF][4])
 {
     constexpr int WN = NF * 8;
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < MI; i++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int m = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
+            int m = wm * 16 * MI + i * 16 + (lane >> 2) + 8 * h;
             float sa = m < rows_valid ? slot_scale<SB>(a_sc, m, idx) : 0.0f;
 #pragma unroll
             for (int j = 0; j < NF; j++)
@@ -322,15 +321,24 @@ __device__ __forceinline__ void convert_fp4_to_e4m3(const uint8_t *b_slot, int b
     }
 }
 
-template <int BN, int MODE, int SB>
-__global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
+/* Warps: WM (M) x BN/32 (N), each 16*MI rows x 32 columns (MI x 4 MMA tiles). */
+template <int BM>
+struct warp_shape {
+    static constexpr int MI = BM >= 32 ? 2 : 1, WM = BM / (16 * MI);
+};
+
+template <int BM, int BN>
+constexpr int gemm_threads() { return warp_shape<BM>::WM * (BN / 32) * 32; }
+
+template <int BM, int BN, int MODE, int SB>
+__global__ void __launch_bounds__(gemm_threads<BM, BN>()) grouped_gemm(gemm_args g)
 {
-    constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4;
+    constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
     constexpr bool DIRECT = MODE != MODE_CVT;
     typedef __half Row[BK + KPAD];
     extern __shared__ __align__(16) uint8_t smem[];
     if (moe_ep_dev_failed(g.error)) return;
-    const stage_layout L = make_layout<BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
+    const stage_layout L = make_layout<BM, BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
     uint8_t *extra = smem + STAGES * L.slot_bytes;
     Row *As = (Row *)extra, *Bs = As + BM;              /* MODE_CVT: fp16 tiles */
     uint32_t *lut_pair = (uint32_t *)(Bs + BN);         /* MODE_CVT tables */
@@ -339,7 +347,7 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
     uint16_t *lut = (uint16_t *)(extra + BN * (BK + 16));
     const bool b_fp4 = MODE == MODE_FP8 && g.b_fmt == MOE_EP_FORMAT_MXFP4;
     float(*C)[BN + 4] = (float(*)[BN + 4])smem; /* reused after the main loop */
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp & 1, wn = warp >> 1;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WM, wn = warp / WM;
     int n_tiles = g.N / BN, tiles = g.tile_offset[g.E] * n_tiles, n_k = g.K / BK;
     if (b_fp4)
         for (int v = threadIdx.x; v < 256; v += blockDim.x)
@@ -360,15 +368,15 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
         int64_t b_rows = (int64_t)e * g.N + n0;
         const uint8_t *bw = g.b + b_rows * moe_ep_dev_row_bytes(g.b_fmt, g.K);
         const uint8_t *bws = g.b_scales + b_rows * moe_ep_dev_scale_row_bytes(g.b_fmt, g.K);
-        float acc[2][NF][4], part[2][NF][4];
+        float acc[MI][NF][4], part[MI][NF][4];
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < MI; i++)
 #pragma unroll
             for (int j = 0; j < NF; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) acc[i][j][q] = part[i][j][q] = 0.0f;
         for (int s = 0; s < STAGES - 1; s++) {
-            if (s < n_k) issue_stage<BN>(g, L, smem + s * L.slot_bytes, row0, rows_valid, bw, bws, s * BK);
+            if (s < n_k) issue_stage<BM, BN>(g, L, smem + s * L.slot_bytes, row0, rows_valid, bw, bws, s * BK);
             cp_async_commit();
         }
         for (int kt = 0; kt < n_k; kt++) {
@@ -383,23 +391,23 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
             if (b_fp4) convert_fp4_to_e4m3<BN, BK>(b_slot, L.b_pitch, Bq, lut);
             int next = kt + STAGES - 1;
             if (next < n_k)
-                issue_stage<BN>(g, L, smem + (next % STAGES) * L.slot_bytes, row0, rows_valid, bw, bws, next * BK);
+                issue_stage<BM, BN>(g, L, smem + (next % STAGES) * L.slot_bytes, row0, rows_valid, bw, bws, next * BK);
             cp_async_commit();
             if (MODE == MODE_CVT || b_fp4) __syncthreads();
             if (MODE == MODE_BF16) {
-                mma_span<NF, MMA_BF16, BK>(slot, L.a_pitch, b_slot, L.b_pitch, 0, wm, wn, lane, acc);
+                mma_span<MI, NF, MMA_BF16, BK>(slot, L.a_pitch, b_slot, L.b_pitch, 0, wm, wn, lane, acc);
             } else if (MODE == MODE_CVT) {
-                mma_span<NF, MMA_F16, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
+                mma_span<MI, NF, MMA_F16, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
                                         wm, wn, lane, acc);
             } else {
                 const uint8_t *bp = b_fp4 ? Bq : b_slot;
                 int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
 #pragma unroll 1
                 for (int k0 = 0; k0 < BK; k0 += 32) {
-                    mma_span<NF, MMA_E4M3, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
-                    if (SB == 32) flush_scaled<NF, SB>(a_sc, b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
+                    mma_span<MI, NF, MMA_E4M3, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
+                    if (SB == 32) flush_scaled<MI, NF, SB>(a_sc, b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
                 }
-                if (SB == 128) flush_scaled<NF, SB>(a_sc, b_sc, 0, rows_valid, wm, wn, lane, acc, part);
+                if (SB == 128) flush_scaled<MI, NF, SB>(a_sc, b_sc, 0, rows_valid, wm, wn, lane, acc, part);
             }
         }
         cp_async_wait<0>();
@@ -407,49 +415,55 @@ __global__ void __launch_bounds__(2 * BN) grouped_gemm(gemm_args g)
         float scale = 1.0f; /* NVFP4: undo the global scales of both operands */
         if (g.a_fmt == MOE_EP_FORMAT_NVFP4) scale = __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e]));
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < MI; i++)
 #pragma unroll
             for (int j = 0; j < NF; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    int m = wm * 32 + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * 32 + j * 8 + (lane & 3) * 2 + (q & 1);
+                    int m = wm * 16 * MI + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * 32 + j * 8 + (lane & 3) * 2 + (q & 1);
                     C[m][n] = __fmul_rn(acc[i][j][q], scale);
                 }
         __syncthreads();
-        epilogue<BN>(g, C, row0, rows_valid, n0);
+        epilogue<BM, BN>(g, C, row0, rows_valid, n0);
         __syncthreads(); /* C aliases the slots the next tile fills */
     }
 }
 
-template <int BN, int MODE, int SB>
+template <int BM, int BN, int MODE, int SB>
 static moe_ep_status_t launch_gemm(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128;
-    stage_layout L = make_layout<BN, MODE != MODE_CVT>(g.a_fmt, g.b_fmt, BK);
+    stage_layout L = make_layout<BM, BN, MODE != MODE_CVT>(g.a_fmt, g.b_fmt, BK);
     size_t extra = MODE == MODE_CVT ? sizeof(__half) * (BK + KPAD) * (BM + BN) + 256 * 6
                    : g.b_fmt == MOE_EP_FORMAT_MXFP4 ? (size_t)BN * (BK + 16) + 512 : 0;
     size_t smem = (size_t)STAGES * L.slot_bytes + extra;
     size_t smem_c = sizeof(float) * BM * (BN + 4);
     if (smem < smem_c) smem = smem_c;
-    cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BN, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BM, BN, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s (%zu B smem): %s", name, smem, cudaGetErrorString(e));
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BN, MODE, SB>, 2 * BN, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BM, BN, MODE, SB>, gemm_threads<BM, BN>(), smem);
     if (per_sm < 1) per_sm = 1;
-    grouped_gemm<BN, MODE, SB><<<num_sms * per_sm, 2 * BN, smem, s>>>(g);
+    grouped_gemm<BM, BN, MODE, SB><<<num_sms * per_sm, gemm_threads<BM, BN>(), smem, s>>>(g);
     return moe_ep_launch_check(name);
 }
 
-template <int BN>
+template <int BM, int BN>
 static moe_ep_status_t launch_for_format(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
 {
     switch (g.a_fmt) {
-    case MOE_EP_FORMAT_BF16: return launch_gemm<BN, MODE_BF16, 0>(g, num_sms, s, name);
-    case MOE_EP_FORMAT_MXFP8: return launch_gemm<BN, MODE_FP8, 32>(g, num_sms, s, name);
-    case MOE_EP_FORMAT_FP8_BLOCK: return launch_gemm<BN, MODE_FP8, 128>(g, num_sms, s, name);
-    default: return launch_gemm<BN, MODE_CVT, 0>(g, num_sms, s, name);
+    case MOE_EP_FORMAT_BF16: return launch_gemm<BM, BN, MODE_BF16, 0>(g, num_sms, s, name);
+    case MOE_EP_FORMAT_MXFP8: return launch_gemm<BM, BN, MODE_FP8, 32>(g, num_sms, s, name);
+    case MOE_EP_FORMAT_FP8_BLOCK: return launch_gemm<BM, BN, MODE_FP8, 128>(g, num_sms, s, name);
+    default: return launch_gemm<BM, BN, MODE_CVT, 0>(g, num_sms, s, name);
     }
+}
+
+template <int BN>
+static moe_ep_status_t launch_tiles(const gemm_args &g, int tile_rows, int num_sms, cudaStream_t s, const char *name)
+{
+    return tile_rows == 16 ? launch_for_format<16, BN>(g, num_sms, s, name) : launch_for_format<64, BN>(g, num_sms, s, name);
 }
 
 extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
@@ -460,10 +474,10 @@ extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, c
     gemm_args g1 = {af, wf, af, b->xq, b->xq_scales, b->w13, b->w13_scales, b->w13_gs, d->fc1_scale,
                     b->aq, b->aq_scales, d->fc2_scale, d->H, 2 * d->I, d->I, d->E, d->swiglu_limit,
                     b->expert_offset, b->tile_offset, b->error};
-    moe_ep_status_t st = launch_for_format<256>(g1, d->num_sms, s, "grouped_gemm1_swiglu");
+    moe_ep_status_t st = launch_tiles<256>(g1, d->tile_rows, d->num_sms, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
     gemm_args g2 = {af, wf, moe_ep_wire_format_dev(d->wire), b->aq, b->aq_scales, b->w2, b->w2_scales, b->w2_gs,
                     d->fc2_scale, b->y, b->y_scales, 1.0f, d->I, d->H, d->H, d->E, 0.0f,
                     b->expert_offset, b->tile_offset, b->error};
-    return launch_for_format<128>(g2, d->num_sms, s, "grouped_gemm2_wire");
+    return launch_tiles<128>(g2, d->tile_rows, d->num_sms, s, "grouped_gemm2_wire");
 }
