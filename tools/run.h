@@ -26,6 +26,7 @@ typedef struct {
  * and compares check_tokens sampled tokens with an unquantized float64 layer. */
 moe_ep_status_t run_layer(const run_opts_t *o, run_result_t *r);
 int cmd_run(int argc, char **argv);
+int run_gpu_available(void); /* a CUDA build with a usable GPU */
 int cmd_accuracy(int argc, char **argv);
 
 #endif
