@@ -197,17 +197,22 @@ static void fill_io(const moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_
     io->t_device = a->num_tokens_device;
 }
 
-/* 16-row GEMM tiles when experts get few rows on average (decode batches):
- * less tensor work on padding; 64 otherwise (fewer weight re-reads). The
- * choice never changes results: a row's arithmetic does not depend on its
- * tile. With device-side token counts the host bound max_tokens_per_rank is used. */
+/* GEMM tile rows for this forward: 16 when experts get few rows on average
+ * (decode batches: less tensor work on padding); 128 (the TMA + wgmma kernel)
+ * for bf16 when they get many; 64 otherwise. The choice never changes results:
+ * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
+ * each element over K in the same order with the same bits. With device-side
+ * token counts the host bound max_tokens_per_rank is used. */
 static int choose_tile_rows(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
 {
     int64_t rows = 0;
     for (int r = 0; r < l->group->local_ranks; r++)
         rows += a->num_tokens_device || !a->num_tokens ? l->cfg.max_tokens_per_rank : a->num_tokens[r];
     rows *= l->cfg.top_k;
-    return rows <= 24 * (int64_t)l->num_local_experts ? 16 : 64;
+    if (rows <= 24 * (int64_t)l->num_local_experts) return 16;
+    if (l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && rows >= 128 * (int64_t)l->num_local_experts)
+        return 128;
+    return 64;
 }
 
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
@@ -260,17 +265,22 @@ moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t l, const moe_ep_expert_
     return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
 }
 
-/* 16-row GEMM tiles when experts get few rows on average (decode batches):
- * less tensor work on padding; 64 otherwise (fewer weight re-reads). The
- * choice never changes results: a row's arithmetic does not depend on its
- * tile. With device-side token counts the host bound max_tokens_per_rank is used. */
+/* GEMM tile rows for this forward: 16 when experts get few rows on average
+ * (decode batches: less tensor work on padding); 128 (the TMA + wgmma kernel)
+ * for bf16 when they get many; 64 otherwise. The choice never changes results:
+ * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
+ * each element over K in the same order with the same bits. With device-side
+ * token counts the host bound max_tokens_per_rank is used. */
 static int choose_tile_rows(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
 {
     int64_t rows = 0;
     for (int r = 0; r < l->group->local_ranks; r++)
         rows += a->num_tokens_device || !a->num_tokens ? l->cfg.max_tokens_per_rank : a->num_tokens[r];
     rows *= l->cfg.top_k;
-    return rows <= 24 * (int64_t)l->num_local_experts ? 16 : 64;
+    if (rows <= 24 * (int64_t)l->num_local_experts) return 16;
+    if (l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && rows >= 128 * (int64_t)l->num_local_experts)
+        return 128;
+    return 64;
 }
 
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_ep_stream_t s)

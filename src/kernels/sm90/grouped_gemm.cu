@@ -21,27 +21,13 @@
  *
  * Each output element's K reduction runs in a fixed order whatever tile or
  * rank its row landed in: results are position independent. */
-#include "kernels/gpu_common.cuh"
+#include "kernels/sm90/gemm_common.cuh"
 
 #include <cuda_fp16.h>
 
 #define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
 #define STAGES 3
 #define SC_SLOT 16 /* bytes of block scales per row per K step (at most 8 used) */
-
-struct gemm_args {
-    moe_ep_format_t a_fmt, b_fmt, out_fmt;
-    const uint8_t *a, *a_scales;   /* [rows][K] activation rows */
-    const uint8_t *b, *b_scales;   /* [experts][N][K] weights (kernel layout) */
-    const float *b_gs;             /* [experts] NVFP4 S of the weights */
-    float a_gs;                    /* NVFP4 S of the activation */
-    uint8_t *out, *out_scales;     /* [rows][N_out] */
-    float out_gs;                  /* NVFP4 S of the output (GEMM1) */
-    int K, N, N_out, E;
-    float swiglu_limit;
-    const int32_t *expert_offset, *tile_offset;
-    const uint32_t *error;
-};
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
 {
@@ -78,18 +64,6 @@ __device__ __forceinline__ void mma_e4m3(float c[4], const uint32_t a[4], const 
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* Expert of m-tile mt: the last e with tile_offset[e] <= mt. */
-__device__ __forceinline__ int tile_expert(const int32_t *tile_offset, int E, int mt)
-{
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (tile_offset[mid] <= mt) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 __device__ __forceinline__ void cp_async(void *dst, const void *src, int bytes, bool valid)
@@ -186,48 +160,6 @@ __device__ __forceinline__ void nvfp4_rows_to_f16(const uint8_t *data, int pitch
             w[i] = *(uint32_t *)&v;
         }
         *(uint4 *)(out + r * out_pitch + k) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-}
-
-/* Writes one block of an output row: encode n values v into format f at
- * element offset c of a row of N_out elements. */
-__device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *v, int blk, int64_t row,
-                                                int64_t N_out, int64_t c, float S, uint8_t *out,
-                                                uint8_t *out_scales)
-{
-    uint8_t *d = out + row * moe_ep_dev_row_bytes(f, N_out);
-    uint8_t *s = out_scales + row * moe_ep_dev_scale_row_bytes(f, N_out);
-    if (f == MOE_EP_FORMAT_BF16) {
-        for (int i = 0; i < blk; i += 2) *(uint32_t *)(d + 2 * (c + i)) = moe_ep_pack_bf16x2(v[i], v[i + 1]);
-    } else if (f == MOE_EP_FORMAT_MXFP8) {
-        s[c / 32] = moe_ep_mxfp8_block_encode(v, d + c);
-    } else if (f == MOE_EP_FORMAT_FP8_BLOCK) {
-        ((float *)s)[c / 128] = moe_ep_fp8_block_encode(v, d + c);
-    } else {
-        uint8_t q[16];
-        if (f == MOE_EP_FORMAT_NVFP4) s[c / 16] = moe_ep_nvfp4_block_encode(v, S, q);
-        else ((uint16_t *)s)[c / 16] = moe_ep_fp4_wire_block_encode(v, q);
-        for (int i = 0; i < 8; i++) d[c / 2 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
-    }
-}
-
-/* Epilogue. GEMM1 (BN = 256): C holds h; a = SwiGLU(C[m][j], C[m][128 + j]) for
- * the tile's 128 outputs, rounded to out_fmt. GEMM2 (BN = 128): C holds y,
- * rounded to the wire format. */
-template <int BM, int BN>
-__device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0)
-{
-    const bool glu = BN == 256;
-    const int width = glu ? 128 : BN; /* output columns of this tile */
-    int blk = g.out_fmt == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_dev_block(g.out_fmt);
-    int64_t c0 = glu ? n0 / 2 : n0; /* first output column */
-    for (int item = threadIdx.x; item < BM * (width / blk); item += blockDim.x) {
-        int m = item / (width / blk), j = (item % (width / blk)) * blk;
-        if (m >= rows_valid) continue;
-        float *v = &C[m][j];
-        if (glu)
-            for (int i = 0; i < blk; i++) v[i] = moe_ep_swiglu(v[i], C[m][128 + j + i], g.swiglu_limit);
-        store_out_block(g.out_fmt, v, blk, row0 + m, g.N_out, c0 + j, g.out_gs, g.out, g.out_scales);
     }
 }
 
@@ -331,7 +263,7 @@ template <int BM, int BN>
 constexpr int gemm_threads() { return warp_shape<BM>::WM * (BN / 32) * 32; }
 
 template <int BM, int BN, int MODE, int SB>
-__global__ void __launch_bounds__(gemm_threads<BM, BN>()) grouped_gemm(gemm_args g)
+__global__ void __launch_bounds__(gemm_threads<BM, BN>(), 1) grouped_gemm(gemm_args g)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
     constexpr bool DIRECT = MODE != MODE_CVT;
@@ -424,13 +356,15 @@ __global__ void __launch_bounds__(gemm_threads<BM, BN>()) grouped_gemm(gemm_args
                     C[m][n] = __fmul_rn(acc[i][j][q], scale);
                 }
         __syncthreads();
-        epilogue<BM, BN>(g, C, row0, rows_valid, n0);
+        epilogue<BM, BN>(g, C, row0, rows_valid, n0, threadIdx.x, blockDim.x);
         __syncthreads(); /* C aliases the slots the next tile fills */
     }
 }
 
+/* Persistent grid: d.num_sms x CTAs per SM, as many as fit (occupancy) or
+ * d.gemm_ctas_per_sm when set, capped by what fits. */
 template <int BM, int BN, int MODE, int SB>
-static moe_ep_status_t launch_gemm(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
+static moe_ep_status_t launch_gemm(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128;
     stage_layout L = make_layout<BM, BN, MODE != MODE_CVT>(g.a_fmt, g.b_fmt, BK);
@@ -445,25 +379,26 @@ static moe_ep_status_t launch_gemm(const gemm_args &g, int num_sms, cudaStream_t
     int per_sm = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_gemm<BM, BN, MODE, SB>, gemm_threads<BM, BN>(), smem);
     if (per_sm < 1) per_sm = 1;
-    grouped_gemm<BM, BN, MODE, SB><<<num_sms * per_sm, gemm_threads<BM, BN>(), smem, s>>>(g);
+    if (d.gemm_ctas_per_sm > 0 && d.gemm_ctas_per_sm < per_sm) per_sm = d.gemm_ctas_per_sm;
+    grouped_gemm<BM, BN, MODE, SB><<<d.num_sms * per_sm, gemm_threads<BM, BN>(), smem, s>>>(g);
     return moe_ep_launch_check(name);
 }
 
 template <int BM, int BN>
-static moe_ep_status_t launch_for_format(const gemm_args &g, int num_sms, cudaStream_t s, const char *name)
+static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
     switch (g.a_fmt) {
-    case MOE_EP_FORMAT_BF16: return launch_gemm<BM, BN, MODE_BF16, 0>(g, num_sms, s, name);
-    case MOE_EP_FORMAT_MXFP8: return launch_gemm<BM, BN, MODE_FP8, 32>(g, num_sms, s, name);
-    case MOE_EP_FORMAT_FP8_BLOCK: return launch_gemm<BM, BN, MODE_FP8, 128>(g, num_sms, s, name);
-    default: return launch_gemm<BM, BN, MODE_CVT, 0>(g, num_sms, s, name);
+    case MOE_EP_FORMAT_BF16: return launch_gemm<BM, BN, MODE_BF16, 0>(g, d, s, name);
+    case MOE_EP_FORMAT_MXFP8: return launch_gemm<BM, BN, MODE_FP8, 32>(g, d, s, name);
+    case MOE_EP_FORMAT_FP8_BLOCK: return launch_gemm<BM, BN, MODE_FP8, 128>(g, d, s, name);
+    default: return launch_gemm<BM, BN, MODE_CVT, 0>(g, d, s, name);
     }
 }
 
 template <int BN>
-static moe_ep_status_t launch_tiles(const gemm_args &g, int tile_rows, int num_sms, cudaStream_t s, const char *name)
+static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
-    return tile_rows == 16 ? launch_for_format<16, BN>(g, num_sms, s, name) : launch_for_format<64, BN>(g, num_sms, s, name);
+    return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 
 extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
@@ -474,10 +409,10 @@ extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, c
     gemm_args g1 = {af, wf, af, b->xq, b->xq_scales, b->w13, b->w13_scales, b->w13_gs, d->fc1_scale,
                     b->aq, b->aq_scales, d->fc2_scale, d->H, 2 * d->I, d->I, d->E, d->swiglu_limit,
                     b->expert_offset, b->tile_offset, b->error};
-    moe_ep_status_t st = launch_tiles<256>(g1, d->tile_rows, d->num_sms, s, "grouped_gemm1_swiglu");
+    moe_ep_status_t st = launch_tiles<256>(g1, *d, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
     gemm_args g2 = {af, wf, moe_ep_wire_format_dev(d->wire), b->aq, b->aq_scales, b->w2, b->w2_scales, b->w2_gs,
                     d->fc2_scale, b->y, b->y_scales, 1.0f, d->I, d->H, d->H, d->E, 0.0f,
                     b->expert_offset, b->tile_offset, b->error};
-    return launch_tiles<128>(g2, d->tile_rows, d->num_sms, s, "grouped_gemm2_wire");
+    return launch_tiles<128>(g2, *d, s, "grouped_gemm2_wire");
 }

@@ -1,0 +1,83 @@
+/* Shared by the grouped GEMM kernels (mma.sync in grouped_gemm.cu, wgmma in
+ * wgmma_gemm.cu): arguments, tile -> expert lookup, and the fused epilogues
+ * (SwiGLU + requantization for GEMM1, wire rounding for GEMM2). */
+#ifndef MOE_EP_GEMM_COMMON_CUH
+#define MOE_EP_GEMM_COMMON_CUH
+
+#include "kernels/gpu_common.cuh"
+
+struct gemm_args {
+    moe_ep_format_t a_fmt, b_fmt, out_fmt;
+    const uint8_t *a, *a_scales;   /* [rows][K] activation rows */
+    const uint8_t *b, *b_scales;   /* [experts][N][K] weights (kernel layout) */
+    const float *b_gs;             /* [experts] NVFP4 S of the weights */
+    float a_gs;                    /* NVFP4 S of the activation */
+    uint8_t *out, *out_scales;     /* [rows][N_out] */
+    float out_gs;                  /* NVFP4 S of the output (GEMM1) */
+    int K, N, N_out, E;
+    float swiglu_limit;
+    const int32_t *expert_offset, *tile_offset;
+    const uint32_t *error;
+};
+
+/* Expert of m-tile mt: the last e with tile_offset[e] <= mt. */
+__device__ __forceinline__ int tile_expert(const int32_t *tile_offset, int E, int mt)
+{
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (tile_offset[mid] <= mt) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Writes one block of an output row: encode n values v into format f at
+ * element offset c of a row of N_out elements. */
+__device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *v, int blk, int64_t row,
+                                                int64_t N_out, int64_t c, float S, uint8_t *out,
+                                                uint8_t *out_scales)
+{
+    uint8_t *d = out + row * moe_ep_dev_row_bytes(f, N_out);
+    uint8_t *s = out_scales + row * moe_ep_dev_scale_row_bytes(f, N_out);
+    if (f == MOE_EP_FORMAT_BF16) {
+        for (int i = 0; i < blk; i += 2) *(uint32_t *)(d + 2 * (c + i)) = moe_ep_pack_bf16x2(v[i], v[i + 1]);
+    } else if (f == MOE_EP_FORMAT_MXFP8) {
+        s[c / 32] = moe_ep_mxfp8_block_encode(v, d + c);
+    } else if (f == MOE_EP_FORMAT_FP8_BLOCK) {
+        ((float *)s)[c / 128] = moe_ep_fp8_block_encode(v, d + c);
+    } else {
+        uint8_t q[16];
+        if (f == MOE_EP_FORMAT_NVFP4) s[c / 16] = moe_ep_nvfp4_block_encode(v, S, q);
+        else ((uint16_t *)s)[c / 16] = moe_ep_fp4_wire_block_encode(v, q);
+        for (int i = 0; i < 8; i++) d[c / 2 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+    }
+}
+
+/* Epilogue, run by nthreads threads (tid = 0..nthreads-1). GEMM1 (N = 2 N_out,
+ * BN = 256): C holds h; a = SwiGLU(C[m][j], C[m][128 + j]) for the tile's 128
+ * outputs, rounded to out_fmt. GEMM2: C holds y, rounded to the wire format. */
+template <int BM, int BN>
+__device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
+                         int nthreads)
+{
+    const bool glu = g.N != g.N_out;
+    const int width = glu ? 128 : BN; /* output columns of this tile */
+    int blk = g.out_fmt == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_dev_block(g.out_fmt);
+    int64_t c0 = glu ? n0 / 2 : n0; /* first output column */
+    for (int item = tid; item < BM * (width / blk); item += nthreads) {
+        int m = item / (width / blk), j = (item % (width / blk)) * blk;
+        if (m >= rows_valid) continue;
+        float *v = &C[m][j];
+        if (glu)
+            for (int i = 0; i < blk; i++) v[i] = moe_ep_swiglu(v[i], C[m][128 + j + i], g.swiglu_limit);
+        store_out_block(g.out_fmt, v, blk, row0 + m, g.N_out, c0 + j, g.out_gs, g.out, g.out_scales);
+    }
+}
+
+/* The wgmma (TMA + mbarrier, warp-specialised) grouped GEMM for bf16
+ * operands with 128-row tiles; wgmma_gemm.cu. */
+moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int64_t rows_capacity, int num_sms, cudaStream_t s,
+                                         const char *name);
+
+#endif
