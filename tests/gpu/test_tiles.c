@@ -1,0 +1,128 @@
+/* GEMM tile kernels agree bit for bit: the split backend picks 16-row tiles
+ * (mma.sync) for decode-sized batches, 64-row tiles (mma.sync) in between and
+ * 128-row tiles (TMA + wgmma, bf16) for large ones. A token's output must not
+ * depend on that choice (batch invariance), and the large batch must match the
+ * CPU reference. Exits 77 without a usable GPU. */
+#include "layer_fixture.h"
+#include "test_util.h"
+
+#include "formats/codec.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(call)                                                                               \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            test_failed++;                                                                     \
+            exit(test_summary("test_tiles"));                                                  \
+        }                                                                                      \
+    } while (0)
+
+/* Split backend, one rank, tokens [t0, t0 + T) of the fixture -> out (host). */
+static moe_ep_status_t gpu_run(const fixture_t *f, moe_ep_path_t path, int t0, int T, int max_tokens, uint16_t *out)
+{
+    moe_ep_group_t g = NULL;
+    moe_ep_layer_t l = NULL;
+    moe_ep_status_t st = moe_ep_group_create_emulated(1, 0, &g);
+    moe_ep_layer_config_t c = MOE_EP_LAYER_CONFIG_INIT;
+    c.num_experts = f->E, c.top_k = f->K, c.hidden = f->H, c.intermediate = f->I;
+    c.max_tokens_per_rank = max_tokens, c.path = path, c.backend = MOE_EP_BACKEND_SPLIT;
+    c.swiglu_limit = f->swiglu_limit;
+    if (path == MOE_EP_PATH_NVFP4) /* the activation scales fixture_run gives the reference */
+        c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 2.0f;
+    if (!st) st = moe_ep_layer_create(g, &c, &l);
+    moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
+    w.first_expert = 0, w.num_experts = f->E, w.w13 = f->w13, w.w2 = f->w2;
+    if (!st) st = moe_ep_layer_load_experts(l, &w, NULL);
+    size_t nx = (size_t)T * f->H * 2, nk = (size_t)T * f->K * 4;
+    void *dx, *dout, *dids, *dw;
+    CK(cudaMalloc(&dx, nx + 16));
+    CK(cudaMalloc(&dout, nx + 16));
+    CK(cudaMalloc(&dids, nk + 16));
+    CK(cudaMalloc(&dw, nk + 16));
+    CK(cudaMemcpy(dx, f->x + (size_t)t0 * f->H, nx, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, f->ids + (size_t)t0 * f->K, nk, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, f->weights + (size_t)t0 * f->K, nk, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xFF, nx)); /* poison: bf16 NaN */
+    int32_t nt[1] = {T};
+    const uint16_t *x[1] = {dx};
+    const int32_t *ids[1] = {dids};
+    const float *wt[1] = {dw};
+    uint16_t *o[1] = {dout};
+    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
+    a.num_tokens = nt, a.x = x, a.topk_ids = ids, a.topk_weights = wt, a.out = o;
+    if (!st) st = moe_ep_layer_forward(l, &a, NULL);
+    CK(cudaDeviceSynchronize());
+    moe_ep_status_t dev = MOE_EP_SUCCESS;
+    if (!st) moe_ep_group_get_async_error(g, &dev);
+    if (!st) st = dev;
+    CK(cudaMemcpy(out, dout, nx, cudaMemcpyDeviceToHost));
+    cudaFree(dx), cudaFree(dout), cudaFree(dids), cudaFree(dw);
+    moe_ep_layer_destroy(l);
+    moe_ep_group_destroy(g);
+    return st;
+}
+
+static double rel_l2(const uint16_t *got, const uint16_t *want, size_t n, int *nan)
+{
+    double num = 0, den = 0;
+    *nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        double gv = moe_ep_bf16_to_f32(got[i]), wv = moe_ep_bf16_to_f32(want[i]);
+        if (isnan(gv)) (*nan)++;
+        num += (gv - wv) * (gv - wv), den += wv * wv;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Large batch (128-row tiles for bf16) vs the reference, and its first tokens
+ * run alone (16-row tiles) and in a medium batch (64-row tiles), bit for bit. */
+static void test_path(moe_ep_path_t path, uint64_t *rng)
+{
+    enum { E = 4, K = 2, H = 512, I = 256, T = 512 };
+    fixture_t f;
+    fixture_init(&f, E, K, H, I, T, ROUTE_UNIFORM, rng);
+    for (int t = 0; t < T; t++) /* distinct experts per token */
+        if (f.ids[t * K + 1] == f.ids[t * K]) f.ids[t * K + 1] = (f.ids[t * K] + 1) % E;
+    size_t n = (size_t)T * H;
+    uint16_t *big = malloc(2 * n), *ref = malloc(2 * n), *small = malloc(2 * n), *mid = malloc(2 * n);
+    memset(ref, 0xFF, 2 * n);
+    moe_ep_status_t st = fixture_run(&f, 1, path, MOE_EP_WIRE_BF16, ref);
+    EXPECT(st == MOE_EP_SUCCESS, "reference: %s", moe_ep_last_error());
+    st = gpu_run(&f, path, 0, T, T, big);
+    EXPECT(st == MOE_EP_SUCCESS, "%s large: %s", moe_ep_path_name(path), moe_ep_last_error());
+    int nan;
+    double err = rel_l2(big, ref, n, &nan);
+    double tol = path == MOE_EP_PATH_BF16 ? 5e-3 : path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_W4A8 ? 2e-2 : 1e-2;
+    printf("  %-9s T=%d (%d rows per expert): rel L2 vs reference %.3e, unwritten %d\n", moe_ep_path_name(path), T,
+           T * K / E, err, nan);
+    EXPECT(nan == 0 && err <= tol, "%s: rel L2 %.3e (tol %.0e), %d unwritten", moe_ep_path_name(path), err, tol, nan);
+    st = gpu_run(&f, path, 0, 8, T, small);
+    EXPECT(st == MOE_EP_SUCCESS, "%s 8 tokens: %s", moe_ep_path_name(path), moe_ep_last_error());
+    EXPECT(memcmp(small, big, (size_t)8 * H * 2) == 0, "%s: 8 tokens alone differ from the same tokens in a batch of %d",
+           moe_ep_path_name(path), T);
+    st = gpu_run(&f, path, 0, 96, T, mid);
+    EXPECT(st == MOE_EP_SUCCESS, "%s 96 tokens: %s", moe_ep_path_name(path), moe_ep_last_error());
+    EXPECT(memcmp(mid, big, (size_t)96 * H * 2) == 0, "%s: 96 tokens differ from the same tokens in a batch of %d",
+           moe_ep_path_name(path), T);
+    free(big), free(ref), free(small), free(mid);
+    fixture_free(&f);
+}
+
+int main(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("test_tiles: no usable CUDA device, skipped\n");
+        return 77;
+    }
+    uint64_t rng = test_seed();
+    printf("tile kernels (16-row mma.sync, 64-row mma.sync, 128-row wgmma for bf16) agree\n");
+    for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) test_path((moe_ep_path_t)p, &rng);
+    return test_summary("test_tiles");
+}
