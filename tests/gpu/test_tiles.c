@@ -102,6 +102,11 @@ static void test_path(moe_ep_path_t path, uint64_t *rng)
     printf("  %-9s T=%d (%d rows per expert): rel L2 vs reference %.3e, unwritten %d\n", moe_ep_path_name(path), T,
            T * K / E, err, nan);
     EXPECT(nan == 0 && err <= tol, "%s: rel L2 %.3e (tol %.0e), %d unwritten", moe_ep_path_name(path), err, tol, nan);
+    for (size_t i = 0, shown = 0; i < n && shown < 6 && err > tol; i++) /* where the large batch is off */
+        if (fabsf(moe_ep_bf16_to_f32(big[i]) - moe_ep_bf16_to_f32(ref[i])) > 0.05f * (1.0f + fabsf(moe_ep_bf16_to_f32(ref[i])))) {
+            printf("    token %zu col %zu: gpu %g ref %g\n", i / H, i % H, moe_ep_bf16_to_f32(big[i]), moe_ep_bf16_to_f32(ref[i]));
+            shown++;
+        }
     st = gpu_run(&f, path, 0, 8, T, small);
     EXPECT(st == MOE_EP_SUCCESS, "%s 8 tokens: %s", moe_ep_path_name(path), moe_ep_last_error());
     EXPECT(memcmp(small, big, (size_t)8 * H * 2) == 0, "%s: 8 tokens alone differ from the same tokens in a batch of %d",
