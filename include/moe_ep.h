@@ -154,6 +154,28 @@ MOE_EP_API moe_ep_status_t moe_ep_group_reset_async_error(moe_ep_group_t group);
 
 typedef struct moe_ep_layer_s *moe_ep_layer_t;
 
+/* Kernel knobs: choices that change speed, never results (tested bit for bit).
+ * 0 = not set. Sources, in order of precedence: explicit (config.knobs),
+ * autotuned (config.autotune: candidates timed at the first forward of each
+ * token bucket, the fastest kept and written to the cache), the knob cache
+ * file, built-in heuristics. The cache file: MOE_EP_KNOB_CACHE (a path, or
+ * "off"), else $XDG_CACHE_HOME/moe_ep/knobs.txt, else ~/.cache/moe_ep/knobs.txt;
+ * format in docs/knobs.md. */
+typedef struct moe_ep_knobs {
+    size_t size;          /* sizeof(moe_ep_knobs_t), set by MOE_EP_KNOBS_INIT */
+    int gemm_tile_rows;   /* rows per grouped-GEMM tile: 16 or 64 */
+    int gemm_ctas_per_sm; /* resident GEMM CTAs per SM: 1..4, capped by occupancy */
+} moe_ep_knobs_t;
+
+#define MOE_EP_KNOBS_INIT { sizeof(moe_ep_knobs_t), 0, 0 }
+
+typedef enum moe_ep_knob_source {
+    MOE_EP_KNOBS_HEURISTIC = 0,
+    MOE_EP_KNOBS_CACHE = 1,
+    MOE_EP_KNOBS_AUTOTUNED = 2,
+    MOE_EP_KNOBS_EXPLICIT = 3
+} moe_ep_knob_source_t;
+
 typedef struct moe_ep_layer_config {
     size_t size;             /* sizeof(moe_ep_layer_config_t), set by the INIT macro   */
     int num_experts;         /* E, global; a multiple of the world size                */
@@ -172,12 +194,14 @@ typedef struct moe_ep_layer_config {
     float fc2_input_scale;   /* for the SwiGLU output a                                */
     int num_threads;         /* reference backend: worker threads, 0 = all cores       */
     double timeout_seconds;  /* bound on every wait inside a kernel, 0 = default 10 s  */
+    const moe_ep_knobs_t *knobs; /* explicit knobs (copied at creation), NULL = none   */
+    int autotune;            /* 1: time knob candidates at first use (GPU backends)    */
 } moe_ep_layer_config_t;
 
 #define MOE_EP_LAYER_CONFIG_INIT                                                              \
     {                                                                                         \
         sizeof(moe_ep_layer_config_t), -1, -1, -1, -1, -1, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, \
-            MOE_EP_BACKEND_REFERENCE, 0.0f, 0.0f, 0.0f, 0, 0.0                                \
+            MOE_EP_BACKEND_REFERENCE, 0.0f, 0.0f, 0.0f, 0, 0.0, NULL, 0                       \
     }
 
 /* Memory a layer would take, before creating it: on the device (weights in the
@@ -265,6 +289,13 @@ MOE_EP_API moe_ep_status_t moe_ep_layer_calibrate_nvfp4(moe_ep_layer_t layer,
                                                         const moe_ep_forward_args_t *args,
                                                         float *fc1_input_scale,
                                                         float *fc2_input_scale);
+
+/* The knobs a forward with num_tokens tokens per rank runs with, and where
+ * they came from (GPU backends; the reference backend has none and reports
+ * zeros from MOE_EP_KNOBS_HEURISTIC). */
+MOE_EP_API moe_ep_status_t moe_ep_layer_get_knobs(moe_ep_layer_t layer, int num_tokens,
+                                                  moe_ep_knobs_t *knobs,
+                                                  moe_ep_knob_source_t *source);
 
 /* The layer's configuration as created (defaults filled in). */
 MOE_EP_API moe_ep_status_t moe_ep_layer_get_config(moe_ep_layer_t layer,

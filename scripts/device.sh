@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, run the whole test suite (GPU tests
 # included), optionally the bench, and print a short summary last.
-#   scripts/device.sh [test|bench|all] [extra bench args...]
+#   scripts/device.sh [test|bench|testbench|all] [extra bench args...]  (all = test + demo + bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -22,7 +22,7 @@ if [ $build_rc -eq 0 ] && [ "$what" != bench ]; then
   for t in build-device/tests/test_split*; do [ -x "$t" ] && "$t" >"$out/$(basename $t).log" 2>&1; done
 fi
 demo_line="(demo not run)"
-if [ $build_rc -eq 0 ] && [ "$what" = all ]; then
+if [ $build_rc -eq 0 ] && [ "$what" = all ]; then  # the demo: "all" only
   build-device/tools/moe_ep run 2>&1 | tee "$out/demo.log" | tail -n 8
   demo_line=$(grep -E "relative L2|FAILED" "$out/demo.log" | tail -n1)
 fi

@@ -7,6 +7,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 
+#include "slice.h"
+
 #include <stdio.h>
 
 #ifndef MOE_EP_HAVE_CUDA
@@ -14,14 +16,11 @@
 int cmd_bench(int argc, char **argv)
 {
     (void)argc, (void)argv;
-    fprintf(stderr, "moe_ep bench: needs a GPU build (this moe_ep was built without CUDA)\n");
-    return 2;
+    return slice_needs_gpu_build("bench");
 }
 
 #else
 
-#include "core/split.h"
-#include "geometry.h"
 #include "moe_ep.h"
 #include "synth.h"
 
@@ -39,23 +38,12 @@ int cmd_bench(int argc, char **argv)
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_LIST 16
-#define MAX_SETS 8
 #define GEMM_N 8192
 #define COPY_BYTES ((size_t)2 << 30)
-#define SEED 1
 
 /* ---- status checks ------------------------------------------------------------ */
 
-#define CK(call) cuda_ok((call), #call, __LINE__)
 #define CB(call) cublas_ok((call), #call, __LINE__)
-
-static int cuda_ok(cudaError_t e, const char *what, int line)
-{
-    if (e == cudaSuccess) return 1;
-    fprintf(stderr, "moe_ep bench: bench.c:%d: %s: %s\n", line, what, cudaGetErrorString(e));
-    return 0;
-}
 
 static int cublas_ok(cublasStatus_t s, const char *what, int line)
 {
@@ -64,18 +52,11 @@ static int cublas_ok(cublasStatus_t s, const char *what, int line)
     return 0;
 }
 
-static int layer_ok(moe_ep_status_t st, const char *what)
-{
-    if (st == MOE_EP_SUCCESS) return 1;
-    fprintf(stderr, "moe_ep bench: %s: %s: %s\n", what, moe_ep_status_string(st), moe_ep_last_error());
-    return 0;
-}
-
 /* ---- options -------------------------------------------------------------------- */
 
 typedef struct {
-    const geometry_t *geos[MAX_LIST];
-    int ngeo, tokens[MAX_LIST], ntok, npath, nback, iters, warmup;
+    const geometry_t *geos[SLICE_MAX_LIST];
+    int ngeo, tokens[SLICE_MAX_LIST], ntok, npath, nback, iters, warmup;
     moe_ep_path_t paths[MOE_EP_PATH_COUNT_];
     moe_ep_backend_t backends[MOE_EP_BACKEND_COUNT_];
     moe_ep_wire_t wire;
@@ -91,35 +72,10 @@ static void usage_bench(void)
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
-/* Splits a comma list into at most max items of < 32 characters; returns the count or -1. */
-static int split_list(const char *s, char items[][32], int max)
-{
-    int n = 0;
-    while (*s) {
-        size_t len = strcspn(s, ",");
-        if (n == max || len == 0 || len >= 32) return -1;
-        memcpy(items[n], s, len);
-        items[n++][len] = '\0';
-        s += len + (s[len] == ',');
-    }
-    return n;
-}
-
-static int name_index(const char *s, const char *(*name)(int), int count)
-{
-    for (int i = 0; i < count; i++)
-        if (strcmp(s, name(i)) == 0) return i;
-    return -1;
-}
-
-static const char *path_str(int i) { return moe_ep_path_name((moe_ep_path_t)i); }
-static const char *wire_str(int i) { return moe_ep_wire_name((moe_ep_wire_t)i); }
-static const char *backend_str(int i) { return moe_ep_backend_name((moe_ep_backend_t)i); }
-
 static int parse_geometries(bench_opts_t *o, const char *v)
 {
-    char items[MAX_LIST][32];
-    o->ngeo = split_list(v, items, MAX_LIST);
+    char items[SLICE_MAX_LIST][32];
+    o->ngeo = slice_split_list(v, items, SLICE_MAX_LIST);
     for (int i = 0; i < o->ngeo; i++)
         if (!(o->geos[i] = geometry_find(items[i]))) return -1;
     return o->ngeo > 0 ? 0 : -1;
@@ -127,47 +83,35 @@ static int parse_geometries(bench_opts_t *o, const char *v)
 
 static int parse_tokens(bench_opts_t *o, const char *v)
 {
-    char items[MAX_LIST][32];
-    o->ntok = split_list(v, items, MAX_LIST);
-    for (int i = 0; i < o->ntok; i++)
-        if ((o->tokens[i] = atoi(items[i])) < 1) return -1;
-    return o->ntok > 0 ? 0 : -1;
+    return (o->ntok = slice_parse_tokens(v, o->tokens)) > 0 ? 0 : -1;
 }
 
 static int parse_paths(bench_opts_t *o, const char *v)
 {
-    char items[MOE_EP_PATH_COUNT_][32];
-    if (strcmp(v, "all") == 0) {
-        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) o->paths[p] = (moe_ep_path_t)p;
-        return (o->npath = MOE_EP_PATH_COUNT_), 0;
-    }
-    o->npath = split_list(v, items, MOE_EP_PATH_COUNT_);
-    for (int i = 0; i < o->npath; i++)
-        if ((int)(o->paths[i] = (moe_ep_path_t)name_index(items[i], path_str, MOE_EP_PATH_COUNT_)) < 0)
-            return -1;
-    return o->npath > 0 ? 0 : -1;
+    return (o->npath = slice_parse_paths(v, o->paths)) > 0 ? 0 : -1;
 }
 
 static int parse_backends(bench_opts_t *o, const char *v)
 {
     char items[MOE_EP_BACKEND_COUNT_][32];
-    o->nback = split_list(v, items, MOE_EP_BACKEND_COUNT_);
+    o->nback = slice_split_list(v, items, MOE_EP_BACKEND_COUNT_);
     for (int i = 0; i < o->nback; i++) {
-        int b = name_index(items[i], backend_str, MOE_EP_BACKEND_COUNT_);
+        int b = slice_name_index(items[i], slice_backend_str, MOE_EP_BACKEND_COUNT_);
         if (b <= 0) return -1; /* GPU backends only */
         o->backends[i] = (moe_ep_backend_t)b;
     }
     return o->nback > 0 ? 0 : -1;
 }
 
-static int parse_option(bench_opts_t *o, const char *k, const char *v)
+static int parse_option(void *opts, const char *k, const char *v)
 {
+    bench_opts_t *o = opts;
     if (strcmp(k, "--geometry") == 0) return parse_geometries(o, v);
     if (strcmp(k, "--tokens") == 0) return parse_tokens(o, v);
     if (strcmp(k, "--paths") == 0) return parse_paths(o, v);
     if (strcmp(k, "--backends") == 0) return parse_backends(o, v);
     if (strcmp(k, "--wire") == 0)
-        return (int)(o->wire = (moe_ep_wire_t)name_index(v, wire_str, MOE_EP_WIRE_COUNT_)) < 0 ? -1 : 0;
+        return slice_parse_wire(v, &o->wire);
     if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
     if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
@@ -183,68 +127,7 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
     parse_paths(o, "all");
     parse_backends(o, "split");
     o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5;
-    for (int i = 0; i < argc; i += 2) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return usage_bench(), 1;
-        if (i + 1 >= argc) return fprintf(stderr, "moe_ep bench: %s needs a value\n", argv[i]), 2;
-        int r = parse_option(o, argv[i], argv[i + 1]);
-        if (r == -2) return fprintf(stderr, "moe_ep bench: unknown option %s\n", argv[i]), usage_bench(), 2;
-        if (r) return fprintf(stderr, "moe_ep bench: bad value %s for %s\n", argv[i + 1], argv[i]), 2;
-    }
-    return 0;
-}
-
-/* ---- timing ------------------------------------------------------------------------ */
-
-/* Enqueues one step on the stream; returns 1 on success. */
-typedef int (*step_fn)(void *ctx, int iter, cudaStream_t s);
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int elapsed_median(cudaEvent_t *ev, int iters, double *median_us)
-{
-    double *ms = malloc(sizeof(double) * (size_t)iters);
-    int ok = ms != NULL;
-    for (int i = 0; ok && i < iters; i++) {
-        float t = 0;
-        ok = CK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
-        if (ok) ms[i] = t;
-    }
-    if (ok) *median_us = 1e3 * median(ms, iters);
-    free(ms);
-    return ok;
-}
-
-/* Runs warm-up steps, then `iters` timed ones; each timed one is `op` between
- * two events, after the untimed `pre` (may be NULL). Median in microseconds. */
-static int time_steps(void *ctx, step_fn pre, step_fn op, int warmup, int iters, cudaStream_t s,
-                      double *median_us)
-{
-    cudaEvent_t *ev = calloc((size_t)iters * 2, sizeof *ev);
-    int ok = ev != NULL, made = 0;
-    for (; ok && made < 2 * iters; made++) ok = CK(cudaEventCreate(&ev[made]));
-    for (int i = 0; ok && i < warmup; i++) ok = (!pre || pre(ctx, i, s)) && op(ctx, i, s);
-    for (int i = 0; ok && i < iters; i++) {
-        ok = !pre || pre(ctx, warmup + i, s);
-        ok = ok && CK(cudaEventRecord(ev[2 * i], s));
-        ok = ok && op(ctx, warmup + i, s);
-        ok = ok && CK(cudaEventRecord(ev[2 * i + 1], s));
-    }
-    ok = CK(cudaStreamSynchronize(s)) && ok;
-    ok = ok && elapsed_median(ev, iters, median_us);
-    for (int i = 0; i < made; i++)
-        if (ev[i]) CK(cudaEventDestroy(ev[i]));
-    free(ev);
-    return ok;
+    return slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
 }
 
 /* ---- ceilings ------------------------------------------------------------------------ */
@@ -282,7 +165,7 @@ static int measure_copy(cudaStream_t s, double *bps)
     double us = 0;
     int ok = CK(cudaMalloc(&g.a, g.bytes)) && CK(cudaMalloc(&g.b, g.bytes));
     ok = ok && CK(cudaMemsetAsync(g.a, 0x5A, g.bytes, s));
-    ok = ok && time_steps(&g, NULL, copy_step, 2, 10, s, &us);
+    ok = ok && slice_time_steps(&g, NULL, copy_step, 2, 10, s, &us);
     if (ok) *bps = 2.0 * (double)g.bytes / (us * 1e-6); /* read + write */
     if (g.a) CK(cudaFree(g.a));
     if (g.b) CK(cudaFree(g.b));
@@ -318,12 +201,6 @@ static void random_e4m3(uint8_t *p, size_t n, uint64_t seed)
     }
 }
 
-static int cpu_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 /* Random A, B of bytes_per_elem (2: bf16, 1: e4m3) into g->a, g->b. */
 static int random_operands(gemm_ctx_t *g, int bytes_per_elem)
 {
@@ -331,7 +208,7 @@ static int random_operands(gemm_ctx_t *g, int bytes_per_elem)
     void *h = malloc(bytes);
     int ok = h != NULL;
     for (int m = 0; ok && m < 2; m++) {
-        if (bytes_per_elem == 2) synth_bf16_parallel(h, (int64_t)n, 1 << 20, 1.0f, SEED, 77 + (uint64_t)m, cpu_threads());
+        if (bytes_per_elem == 2) synth_bf16_parallel(h, (int64_t)n, 1 << 20, 1.0f, SLICE_SEED, 77 + (uint64_t)m, slice_cpu_threads());
         else random_e4m3(h, n, 99 + (uint64_t)m);
         ok = CK(cudaMemcpy(m ? g->b : g->a, h, bytes, cudaMemcpyHostToDevice));
     }
@@ -344,7 +221,7 @@ static int measure_bf16(gemm_ctx_t *g, cudaStream_t s, double *flops)
     double us = 0;
     int ok = random_operands(g, 2) && CB(cublasCreate(&g->blas));
     ok = ok && CB(cublasSetStream(g->blas, s));
-    ok = ok && time_steps(g, NULL, bf16_gemm_step, 3, 10, s, &us);
+    ok = ok && slice_time_steps(g, NULL, bf16_gemm_step, 3, 10, s, &us);
     if (ok) *flops = 2.0 * GEMM_N * GEMM_N * (double)GEMM_N / (us * 1e-6);
     if (g->blas) CB(cublasDestroy(g->blas));
     return ok;
@@ -384,7 +261,7 @@ static int measure_fp8(gemm_ctx_t *g, cudaStream_t s, double *flops)
 {
     double us = 0;
     int ok = random_operands(g, 1) && setup_fp8(g);
-    ok = ok && time_steps(g, NULL, fp8_gemm_step, 3, 10, s, &us);
+    ok = ok && slice_time_steps(g, NULL, fp8_gemm_step, 3, 10, s, &us);
     if (ok) *flops = 2.0 * GEMM_N * GEMM_N * (double)GEMM_N / (us * 1e-6);
     teardown_fp8(g);
     return ok;
@@ -412,87 +289,6 @@ static int measure_gemms(cudaStream_t s, ceilings_t *c)
 }
 
 /* ---- EP8 slice: data -------------------------------------------------------------------- */
-
-/* One input set on the device: x, ids, weights, out for max T tokens. */
-typedef struct {
-    uint16_t *x, *out;
-    int32_t *ids;
-    float *wt;
-    int32_t *host_ids; /* [max T][K], for counting the experts hit */
-} dset_t;
-
-typedef struct {
-    const geometry_t *g;
-    int E8, K, H, I, maxT, nsets;
-    uint16_t *w13, *w2; /* host bf16 checkpoint [E8][2I][H], [E8][H][I] */
-    dset_t sets[MAX_SETS];
-    void *flush;
-    size_t flush_bytes;
-} slice_t;
-
-static int make_checkpoint(slice_t *sl)
-{
-    int64_t n13 = 2 * (int64_t)sl->I * sl->H, n2 = (int64_t)sl->H * sl->I;
-    sl->w13 = malloc(sizeof(uint16_t) * (size_t)(n13 * sl->E8));
-    sl->w2 = malloc(sizeof(uint16_t) * (size_t)(n2 * sl->E8));
-    if (!sl->w13 || !sl->w2) return fprintf(stderr, "moe_ep bench: out of host memory\n"), 0;
-    for (int e = 0; e < sl->E8; e++)
-        synth_expert(sl->w13 + e * n13, sl->w2 + e * n2, e, sl->H, sl->I, SEED, cpu_threads());
-    return 1;
-}
-
-static int make_set(slice_t *sl, int i)
-{
-    dset_t *d = &sl->sets[i];
-    size_t T = (size_t)sl->maxT, xn = T * (size_t)sl->H, kn = T * (size_t)sl->K;
-    uint16_t *hx = malloc(sizeof(uint16_t) * xn);
-    float *hw = malloc(sizeof(float) * kn);
-    d->host_ids = malloc(sizeof(int32_t) * kn);
-    int ok = hx && hw && d->host_ids;
-    if (ok) {
-        synth_bf16_parallel(hx, (int64_t)xn, 1 << 20, 1.0f, SEED, (1ull << 40) + (uint64_t)i * 4096, cpu_threads());
-        synth_routing(d->host_ids, hw, sl->maxT, sl->K, sl->E8, SEED, (1ull << 41) + (uint64_t)i);
-    }
-    ok = ok && CK(cudaMalloc((void **)&d->x, sizeof(uint16_t) * xn)) && CK(cudaMalloc((void **)&d->out, sizeof(uint16_t) * xn));
-    ok = ok && CK(cudaMalloc((void **)&d->ids, sizeof(int32_t) * kn)) && CK(cudaMalloc((void **)&d->wt, sizeof(float) * kn));
-    ok = ok && CK(cudaMemcpy(d->x, hx, sizeof(uint16_t) * xn, cudaMemcpyHostToDevice));
-    ok = ok && CK(cudaMemcpy(d->ids, d->host_ids, sizeof(int32_t) * kn, cudaMemcpyHostToDevice));
-    ok = ok && CK(cudaMemcpy(d->wt, hw, sizeof(float) * kn, cudaMemcpyHostToDevice));
-    free(hx), free(hw);
-    return ok;
-}
-
-static void free_slice(slice_t *sl)
-{
-    for (int i = 0; i < MAX_SETS; i++) {
-        dset_t *d = &sl->sets[i];
-        void *bufs[] = {d->x, d->out, d->ids, d->wt};
-        for (int j = 0; j < 4; j++)
-            if (bufs[j]) CK(cudaFree(bufs[j]));
-        free(d->host_ids);
-    }
-    if (sl->flush) CK(cudaFree(sl->flush));
-    free(sl->w13), free(sl->w2);
-    memset(sl, 0, sizeof *sl);
-}
-
-/* Input sets: enough that the largest T's inputs do not all fit in twice the L2. */
-static int make_slice(slice_t *sl, const geometry_t *g, int maxT)
-{
-    int l2 = 0;
-    memset(sl, 0, sizeof *sl);
-    sl->g = g, sl->E8 = g->num_experts / 8, sl->K = g->top_k, sl->H = g->hidden, sl->I = g->intermediate;
-    sl->maxT = maxT;
-    if (!CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0))) return 0;
-    sl->flush_bytes = 2 * (size_t)l2;
-    double set_bytes = (double)maxT * sl->H * 4.0 + (double)maxT * sl->K * 8.0;
-    sl->nsets = (int)ceil(2.0 * l2 / set_bytes);
-    sl->nsets = sl->nsets < 2 ? 2 : sl->nsets > MAX_SETS ? MAX_SETS : sl->nsets;
-    fprintf(stderr, "%s: generating %d experts and %d input sets\n", g->name, sl->E8, sl->nsets);
-    int ok = CK(cudaMalloc(&sl->flush, sl->flush_bytes)) && make_checkpoint(sl);
-    for (int i = 0; ok && i < sl->nsets; i++) ok = make_set(sl, i);
-    return ok;
-}
 
 /* Mean number of experts that receive at least one of the first T tokens' rows. */
 static double experts_hit(const slice_t *sl, int T)
@@ -556,90 +352,16 @@ typedef struct {
     double stage_us, floor_us, fwd_us;
 } cell_t;
 
-typedef struct {
-    const slice_t *sl;
-    moe_ep_layer_t layer;
-    int T;
-} run_ctx_t;
-
-static int flush_step(void *ctx, int iter, cudaStream_t s)
-{
-    const run_ctx_t *c = ctx;
-    return CK(cudaMemsetAsync(c->sl->flush, iter & 0xFF, c->sl->flush_bytes, s));
-}
-
-static int forward_step(void *ctx, int iter, cudaStream_t s)
-{
-    const run_ctx_t *c = ctx;
-    const dset_t *d = &c->sl->sets[iter % c->sl->nsets];
-    const uint16_t *x = d->x;
-    const int32_t *ids = d->ids;
-    const float *wt = d->wt;
-    uint16_t *out = d->out;
-    int32_t nt = c->T;
-    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
-    a.num_tokens = &nt, a.x = &x, a.topk_ids = &ids, a.topk_weights = &wt, a.out = &out;
-    return layer_ok(moe_ep_layer_forward(c->layer, &a, (moe_ep_stream_t)s), "moe_ep_layer_forward");
-}
-
-static int forward_flush_step(void *ctx, int iter, cudaStream_t s)
-{
-    return forward_step(ctx, iter, s) && flush_step(ctx, iter, s);
-}
-
-static int stage_step(void *ctx, int iter, cudaStream_t s)
-{
-    const run_ctx_t *c = ctx;
-    (void)iter;
-    return layer_ok(moe_ep_split_expert_stage(c->layer, (moe_ep_stream_t)s), "moe_ep_split_expert_stage");
-}
-
-/* Device-side errors of the timed calls (e.g. a timeout); reset so the next cell runs. */
-static int no_async_error(moe_ep_group_t g)
-{
-    moe_ep_status_t status = MOE_EP_SUCCESS;
-    if (!layer_ok(moe_ep_group_get_async_error(g, &status), "moe_ep_group_get_async_error")) return 0;
-    if (status == MOE_EP_SUCCESS) return 1;
-    fprintf(stderr, "moe_ep bench: device error: %s: %s\n", moe_ep_status_string(status), moe_ep_last_error());
-    layer_ok(moe_ep_group_reset_async_error(g), "moe_ep_group_reset_async_error");
-    return 0;
-}
-
 static void time_cell(const bench_opts_t *o, moe_ep_group_t g, run_ctx_t *c, moe_ep_backend_t b,
                       cudaStream_t s, cell_t *cell)
 {
-    int ok = time_steps(c, flush_step, forward_step, o->warmup, o->iters, s, &cell->fwd_us);
-    ok = ok && no_async_error(g);
+    int ok = slice_time_steps(c, slice_flush_step, slice_forward_step, o->warmup, o->iters, s, &cell->fwd_us);
+    ok = ok && slice_no_async_error(g);
     cell->fwd_state = ok ? CELL_OK : CELL_ERR;
     if (b != MOE_EP_BACKEND_SPLIT) return; /* n/a: the hook is the split backend's */
-    ok = time_steps(c, forward_flush_step, stage_step, o->warmup, o->iters, s, &cell->stage_us);
-    ok = ok && no_async_error(g);
+    ok = slice_time_steps(c, slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s, &cell->stage_us);
+    ok = ok && slice_no_async_error(g);
     cell->stage_state = ok ? CELL_OK : CELL_ERR;
-}
-
-static moe_ep_status_t load_slice_weights(moe_ep_layer_t l, const slice_t *sl, cudaStream_t s)
-{
-    moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
-    w.first_expert = 0, w.num_experts = sl->E8, w.w13 = sl->w13, w.w2 = sl->w2;
-    moe_ep_status_t st = moe_ep_layer_load_experts(l, &w, (moe_ep_stream_t)s);
-    if (st == MOE_EP_SUCCESS && !CK(cudaStreamSynchronize(s))) st = MOE_EP_ERROR_CUDA;
-    return st;
-}
-
-static moe_ep_status_t create_slice_layer(const bench_opts_t *o, const slice_t *sl, moe_ep_path_t p,
-                                          moe_ep_backend_t b, moe_ep_group_t g, cudaStream_t s,
-                                          moe_ep_layer_t *l)
-{
-    moe_ep_layer_config_t c = MOE_EP_LAYER_CONFIG_INIT;
-    c.num_experts = sl->E8, c.top_k = sl->K, c.hidden = sl->H, c.intermediate = sl->I;
-    c.max_tokens_per_rank = sl->maxT, c.path = p, c.wire = o->wire, c.backend = b;
-    c.swiglu_limit = sl->g->swiglu_limit;
-    /* NVFP4 static activation scales: x ~ N(0, 1) (amax about 5), SwiGLU output amax about 16. */
-    c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 16.0f;
-    *l = NULL;
-    moe_ep_status_t st = moe_ep_layer_create(g, &c, l);
-    if (st == MOE_EP_SUCCESS) st = load_slice_weights(*l, sl, s);
-    return st;
 }
 
 /* cells[t] for every T of one path and backend. */
@@ -648,8 +370,8 @@ static void bench_layer(const bench_opts_t *o, const slice_t *sl, const ceilings
 {
     moe_ep_group_t g = NULL;
     moe_ep_layer_t l = NULL;
-    int ok = layer_ok(moe_ep_group_create_emulated(1, 0, &g), "moe_ep_group_create_emulated");
-    ok = ok && layer_ok(create_slice_layer(o, sl, p, b, g, s, &l), "layer create/load");
+    int ok = slice_layer_ok(moe_ep_group_create_emulated(1, 0, &g), "moe_ep_group_create_emulated");
+    ok = ok && slice_layer_ok(slice_create_layer(sl, p, o->wire, b, g, s, &l), "layer create/load");
     for (int t = 0; t < o->ntok; t++) {
         cell_t *cell = &cells[t * stride];
         int T = o->tokens[t];
@@ -663,8 +385,8 @@ static void bench_layer(const bench_opts_t *o, const slice_t *sl, const ceilings
                 cell->fwd_state == CELL_OK ? cell->fwd_us : NAN,
                 cell->stage_state == CELL_OK ? cell->stage_us : NAN, cell->floor_us);
     }
-    if (l) layer_ok(moe_ep_layer_destroy(l), "moe_ep_layer_destroy");
-    if (g) layer_ok(moe_ep_group_destroy(g), "moe_ep_group_destroy");
+    if (l) slice_layer_ok(moe_ep_layer_destroy(l), "moe_ep_layer_destroy");
+    if (g) slice_layer_ok(moe_ep_group_destroy(g), "moe_ep_group_destroy");
 }
 
 static int max_tokens(const bench_opts_t *o)
@@ -685,12 +407,12 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
         return;
     }
     slice_t sl;
-    if (make_slice(&sl, g, max_tokens(o)))
+    if (slice_make(&sl, g, max_tokens(o)))
         for (int p = 0; p < o->npath; p++)
             for (int b = 0; b < o->nback; b++)
                 bench_layer(o, &sl, ce, o->paths[p], o->backends[b], s, &cells[p * o->nback + b],
                             o->npath * o->nback);
-    free_slice(&sl);
+    slice_free(&sl);
 }
 
 /* ---- report ---------------------------------------------------------------------------- */

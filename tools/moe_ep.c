@@ -1,7 +1,9 @@
 /* moe_ep: the command-line program (run: the demo layer; accuracy: the error
- * table of docs/formats.md; bench: GPU timings against the roofline floor). */
+ * table of docs/formats.md; bench: GPU timings against the roofline floor;
+ * tune: kernel knobs into the knob cache). */
 #include "bench.h"
 #include "run.h"
+#include "tune.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +13,8 @@ static void usage(void)
     printf("usage: moe_ep <command> [options]   (moe_ep <command> --help)\n"
            "  run       one layer on a model geometry; prints time and error vs float64\n"
            "  accuracy  relative L2 error of every path and wire vs float64\n"
-           "  bench     GPU: EP8 slice timings vs copy/GEMM ceilings (needs a GPU build)\n");
+           "  bench     GPU: EP8 slice timings vs copy/GEMM ceilings (needs a GPU build)\n"
+           "  tune      GPU: time kernel knobs of the EP8 slice, write the fastest to the knob cache\n");
 }
 
 int main(int argc, char **argv)
@@ -23,6 +26,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "accuracy") == 0) return cmd_accuracy(argc - 2, argv + 2);
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(argv[1], "tune") == 0) return cmd_tune(argc - 2, argv + 2);
     fprintf(stderr, "moe_ep: unknown command %s\n", argv[1]);
     usage();
     return 2;

@@ -1,5 +1,6 @@
 /* Layer objects: configuration checks, memory needs, weight loading and the
  * forward call, each handed to the backend after its arguments are checked. */
+#include "core/knobs.h"
 #include "core/objects.h"
 #include "core/split.h"
 #include "reference/reference.h"
@@ -70,6 +71,7 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
                    c->num_threads);
     MOE_EP_REQUIRE(isfinite(c->timeout_seconds) && c->timeout_seconds >= 0.0,
                    "timeout_seconds %g", c->timeout_seconds);
+    MOE_EP_CHECK(moe_ep_knobs_check_config(c));
     if (c->backend == MOE_EP_BACKEND_MEGA)
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the mega backend is not built yet");
     if (c->backend == MOE_EP_BACKEND_SPLIT) {
@@ -117,6 +119,7 @@ moe_ep_status_t moe_ep_layer_create(moe_ep_group_t group, const moe_ep_layer_con
     l->num_local_experts = local_experts(group, config);
     l->weight_format = moe_ep_path_weight_format(config->path);
     l->expert_bytes = moe_ep_expert_bytes(l->weight_format, config->hidden, config->intermediate);
+    moe_ep_knobs_init(l);
     l->loaded = calloc((size_t)l->num_local_experts, 1);
     moe_ep_status_t st = !l->loaded ? MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "loaded flags")
                          : config->backend == MOE_EP_BACKEND_REFERENCE ? moe_ep_ref_create(l)

@@ -3,6 +3,7 @@
 #define MOE_EP_OBJECTS_H
 
 #include "core/internal.h"
+#include "tune/knob_cache.h"
 
 struct moe_ep_group_s {
     int world_size;  /* R */
@@ -26,6 +27,16 @@ typedef struct moe_ep_expert_bytes {
 struct moe_ep_ref_state;
 struct moe_ep_split_state;
 
+/* Token buckets of the knob tables: 2^0 .. 2^20 (max_tokens_per_rank <= 2^20). */
+#define MOE_EP_KNOB_BUCKETS 21
+
+/* What a layer knows about one token bucket (knobs.c); 0 fields = none. */
+typedef struct moe_ep_knob_slot {
+    moe_ep_knobs_t cached; /* from the knob cache file */
+    moe_ep_knobs_t tuned;  /* timed in this layer (config.autotune) */
+    int tune_tried;        /* autotuning ran for this bucket (it runs once) */
+} moe_ep_knob_slot_t;
+
 struct moe_ep_layer_s {
     moe_ep_group_t group;
     moe_ep_layer_config_t cfg;
@@ -37,6 +48,13 @@ struct moe_ep_layer_s {
     moe_ep_format_t weight_format;
     moe_ep_expert_bytes_t expert_bytes;
     struct moe_ep_ref_state *ref;     /* reference backend state */
+    /* Kernel knobs (knobs.c). cfg.knobs points at knobs_explicit when set. */
+    moe_ep_knobs_t knobs_explicit;    /* config.knobs; 0 fields = not set */
+    moe_ep_knobs_t knobs_forced;      /* tools: exact knobs of every forward (size 0: off) */
+    int knob_cache_read;              /* the cache file was consulted (or is off) */
+    int knob_key_ready;
+    moe_ep_knob_key_t knob_key;       /* this layer's key in the cache file */
+    moe_ep_knob_slot_t knob_slots[MOE_EP_KNOB_BUCKETS];
     struct moe_ep_split_state *split; /* split backend state */
 };
 

@@ -1,8 +1,12 @@
 /* The split backend on one GPU: buffers, weight loading, and the forward as a
  * fixed sequence of launches (plan, quantize + dispatch, GEMM1 + SwiGLU +
  * requant, GEMM2 + wire, combine), with no host synchronisation, so it can be
- * captured in a CUDA graph. */
+ * captured in a CUDA graph. The GEMM knobs of each forward come from
+ * core/knobs.c; with config.autotune the first forward of each token bucket
+ * (not captured) times the candidates first, and synchronises. */
 #include "core/split.h"
+
+#include "core/knobs.h"
 
 #include "kernels/split_kernels.h"
 
@@ -11,6 +15,9 @@
 
 #ifdef MOE_EP_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#define TUNE_RUNS 5           /* timed expert stages per autotune candidate */
+#define TUNE_MAX_CANDIDATES 8
 
 struct moe_ep_split_state {
     moe_ep_split_dims_t dims;
@@ -197,22 +204,97 @@ static void fill_io(const moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_
     io->t_device = a->num_tokens_device;
 }
 
-/* GEMM tile rows for this forward: 16 when experts get few rows on average
- * (decode batches: less tensor work on padding); 128 (the TMA + wgmma kernel)
- * for bf16 when they get many; 64 otherwise. The choice never changes results:
- * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
- * each element over K in the same order with the same bits. With device-side
- * token counts the host bound max_tokens_per_rank is used. */
-static int choose_tile_rows(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
+/* Work enqueued on the stream is being captured into a graph: then no file
+ * I/O and no synchronisation. A failed query counts as capturing. */
+static int capturing(cudaStream_t st)
 {
-    int64_t rows = 0;
-    for (int r = 0; r < l->group->local_ranks; r++)
-        rows += a->num_tokens_device || !a->num_tokens ? l->cfg.max_tokens_per_rank : a->num_tokens[r];
-    rows *= l->cfg.top_k;
-    if (rows <= 24 * (int64_t)l->num_local_experts) return 16;
-    if (l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && rows >= 128 * (int64_t)l->num_local_experts)
-        return 128;
-    return 64;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not a launch error of this forward */
+        return 1;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
+static void set_knobs(struct moe_ep_split_state *s, const moe_ep_knobs_t *k)
+{
+    s->dims.tile_rows = k->gemm_tile_rows, s->dims.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static moe_ep_status_t record_runs(struct moe_ep_split_state *s, cudaStream_t st, cudaEvent_t *ev)
+{
+    MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, (moe_ep_stream_t)st)); /* warm-up */
+    for (int i = 0; i < TUNE_RUNS; i++) {
+        cudaError_t e = cudaEventRecord(ev[2 * i], st);
+        if (e != cudaSuccess) return cuda_fail(e, "cudaEventRecord");
+        MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, (moe_ep_stream_t)st));
+        if ((e = cudaEventRecord(ev[2 * i + 1], st)) != cudaSuccess) return cuda_fail(e, "cudaEventRecord");
+    }
+    cudaError_t e = cudaEventSynchronize(ev[2 * TUNE_RUNS - 1]);
+    return e == cudaSuccess ? MOE_EP_SUCCESS : cuda_fail(e, "autotune: expert stage");
+}
+
+/* Median of TUNE_RUNS expert stages with the current dims, after a warm-up. */
+static moe_ep_status_t time_experts(struct moe_ep_split_state *s, cudaStream_t st, double *us)
+{
+    cudaEvent_t ev[2 * TUNE_RUNS];
+    float ms[TUNE_RUNS];
+    int made = 0;
+    cudaError_t e = cudaSuccess;
+    while (made < 2 * TUNE_RUNS && (e = cudaEventCreate(&ev[made])) == cudaSuccess) made++;
+    moe_ep_status_t r = e == cudaSuccess ? record_runs(s, st, ev) : cuda_fail(e, "cudaEventCreate");
+    for (int i = 0; i < TUNE_RUNS && r == MOE_EP_SUCCESS; i++)
+        if ((e = cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1])) != cudaSuccess)
+            r = cuda_fail(e, "cudaEventElapsedTime");
+    for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
+    if (r != MOE_EP_SUCCESS) return r;
+    qsort(ms, TUNE_RUNS, sizeof ms[0], cmp_float);
+    *us = 1e3 * ms[TUNE_RUNS / 2];
+    return MOE_EP_SUCCESS;
+}
+
+/* Times each candidate on this forward's rows (after its own plan and
+ * dispatch; the plan is redone for each tile size) and keeps the fastest.
+ * Nothing is kept when the device error word is set: the kernels did nothing. */
+static moe_ep_status_t tune_bucket(moe_ep_layer_t l, const moe_ep_split_io_t *io, moe_ep_stream_t stream,
+                                   int tokens, const moe_ep_knobs_t *cand, int n)
+{
+    struct moe_ep_split_state *s = l->split;
+    MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, io, stream));
+    MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, io, stream));
+    double us[TUNE_MAX_CANDIDATES];
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        set_knobs(s, &cand[i]);
+        MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, io, stream));
+        MOE_EP_CHECK(time_experts(s, (cudaStream_t)stream, &us[i]));
+        if (us[i] < us[best]) best = i;
+    }
+    MOE_EP_CHECK(moe_ep_launch_publish_error(&s->bufs, stream));
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess) return cuda_fail(e, "autotune");
+    if (*l->group->error_host != 0) return MOE_EP_SUCCESS;
+    return moe_ep_knobs_set_tuned(l, tokens, &cand[best], us[best]);
+}
+
+/* config.autotune: at the first forward of a token bucket (never while
+ * capturing), time the candidates; the forward then runs with the winner. */
+static moe_ep_status_t autotune(moe_ep_layer_t l, const moe_ep_split_io_t *io, moe_ep_stream_t stream,
+                                int tokens, int64_t rows)
+{
+    moe_ep_knobs_t cand[TUNE_MAX_CANDIDATES], k;
+    int n = 0;
+    MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, rows, cand, TUNE_MAX_CANDIDATES, &n));
+    if (n == 0) return MOE_EP_SUCCESS;
+    MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, 1, &k, NULL));
+    set_knobs(l->split, &k);
+    return tune_bucket(l, io, stream, tokens, cand, n);
 }
 
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
@@ -225,7 +307,13 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args
     s->dims.fc2_scale = l->cfg.fc2_input_scale > 0 ? l->cfg.fc2_input_scale : 1.0f;
     moe_ep_split_io_t io;
     fill_io(l, args, &io);
-    s->dims.tile_rows = choose_tile_rows(l, args);
+    int tokens, capture = capturing((cudaStream_t)stream);
+    int64_t rows;
+    moe_ep_knobs_t k;
+    MOE_EP_CHECK(moe_ep_knobs_forward_shape(l, args, &tokens, &rows));
+    if (!capture) MOE_EP_CHECK(autotune(l, &io, stream, tokens, rows));
+    MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
+    set_knobs(s, &k);
     MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, stream));
@@ -263,24 +351,6 @@ moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t l, const moe_ep_expert_
 {
     (void)l, (void)w, (void)s;
     return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
-}
-
-/* GEMM tile rows for this forward: 16 when experts get few rows on average
- * (decode batches: less tensor work on padding); 128 (the TMA + wgmma kernel)
- * for bf16 when they get many; 64 otherwise. The choice never changes results:
- * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
- * each element over K in the same order with the same bits. With device-side
- * token counts the host bound max_tokens_per_rank is used. */
-static int choose_tile_rows(moe_ep_layer_t l, const moe_ep_forward_args_t *a)
-{
-    int64_t rows = 0;
-    for (int r = 0; r < l->group->local_ranks; r++)
-        rows += a->num_tokens_device || !a->num_tokens ? l->cfg.max_tokens_per_rank : a->num_tokens[r];
-    rows *= l->cfg.top_k;
-    if (rows <= 24 * (int64_t)l->num_local_experts) return 16;
-    if (l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && rows >= 128 * (int64_t)l->num_local_experts)
-        return 128;
-    return 64;
 }
 
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *a, moe_ep_stream_t s)

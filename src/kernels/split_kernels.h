@@ -49,7 +49,7 @@ typedef struct moe_ep_split_dims {
     moe_ep_wire_t wire;
     float swiglu_limit, fc1_scale, fc2_scale;
     int num_sms;
-    int tile_rows;            /* GEMM tile rows (16 or 64), chosen per forward */
+    int tile_rows;            /* GEMM tile rows (16, 64; 128: wgmma, bf16), chosen per forward */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
                                  occupancy; 0 = as many as fit (occupancy calculator) */
 } moe_ep_split_dims_t;

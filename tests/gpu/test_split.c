@@ -1,9 +1,10 @@
 /* The GPU backends against the CPU reference backend: every path and wire,
  * routing corner cases, token counts, EP-size bit-exactness, CUDA graph replay
- * with device-side token counts, device-side expert id errors, and a larger
- * layer. Fresh random inputs each run (MOE_EP_TEST_SEED replays one);
+ * with device-side token counts, device-side expert id errors, kernel knobs
+ * (explicit and autotuned) never changing results, and a larger layer. Fresh random inputs each run (MOE_EP_TEST_SEED replays one);
  * MOE_EP_TEST_BACKENDS="split,mega" picks the GPU backends (default: split).
  * Exits 77 (skipped) when no CUDA device is usable. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv */
 #include "layer_fixture.h"
 #include "test_util.h"
 
@@ -13,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_RANKS 8
 #define POISON 0xFFFFu /* bf16 NaN: 0xFF bytes */
@@ -98,11 +100,13 @@ typedef struct {
     moe_ep_backend_t backend;
     int R, max_tokens;
     float s1, s2; /* NVFP4 fc1/fc2 input scales */
+    const moe_ep_knobs_t *knobs;
+    int autotune;
 } spec_t;
 
 static spec_t make_spec(moe_ep_path_t path, moe_ep_wire_t wire, int R, int max_tokens)
 {
-    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f};
+    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f, NULL, 0};
     return s;
 }
 
@@ -123,6 +127,7 @@ static moe_ep_status_t make_layer_from(const fixture_t *f, const spec_t *s, cuda
     c.max_tokens_per_rank = s->max_tokens, c.swiglu_limit = f->swiglu_limit;
     c.path = s->path, c.wire = s->wire, c.backend = s->backend;
     if (s->path == MOE_EP_PATH_NVFP4) c.fc1_input_scale = s->s1, c.fc2_input_scale = s->s2;
+    c.knobs = s->knobs, c.autotune = s->autotune;
     if (!st) st = moe_ep_layer_create(*g, &c, l);
     moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
     w.first_expert = 0, w.num_experts = f->E;
@@ -726,6 +731,124 @@ static void test_device_weights(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* ---- kernel knobs --------------------------------------------------------- */
+
+/* The layer's knobs for T tokens match want (both fields) and come from src. */
+static void expect_knobs(moe_ep_layer_t l, int T, const moe_ep_knobs_t *want, moe_ep_knob_source_t src,
+                         const char *label)
+{
+    moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
+    moe_ep_knob_source_t got = (moe_ep_knob_source_t)-1;
+    EXPECT(moe_ep_layer_get_knobs(l, T, &k, &got) == MOE_EP_SUCCESS, "%s: get_knobs: %s", label, errmsg());
+    EXPECT(got == src && (!want || (k.gemm_tile_rows == want->gemm_tile_rows &&
+                                    k.gemm_ctas_per_sm == want->gemm_ctas_per_sm)),
+           "%s: knobs (%d, %d) from %d, want (%d, %d) from %d", label, k.gemm_tile_rows, k.gemm_ctas_per_sm,
+           (int)got, want ? want->gemm_tile_rows : 0, want ? want->gemm_ctas_per_sm : 0, (int)src);
+}
+
+/* One forward on a fresh layer of spec s; its outputs into out, then the
+ * layer's knobs for T are checked. */
+static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp, const dbuf_t *d,
+                         cudaStream_t stream, uint16_t *out, const moe_ep_knobs_t *want,
+                         moe_ep_knob_source_t src, const char *label)
+{
+    moe_ep_group_t g;
+    moe_ep_layer_t l;
+    moe_ep_status_t st = make_layer(f, s, stream, &g, &l);
+    if (!st) dev_poison(d, stream);
+    if (!st) st = gpu_forward(l, f, d, sp, 0, stream);
+    if (!st) st = finish(g, stream);
+    EXPECT(st == MOE_EP_SUCCESS, "%s: %s", label, errmsg());
+    if (!st) dev_read_out(d, out, stream);
+    if (!st) expect_knobs(l, sp->nt[0], want, src, label);
+    free_layer(g, l);
+}
+
+/* Explicit knobs {16,1} {64,1} {16,2} {64,2}, then autotuning (into a
+ * temporary knob cache), then the cache, give the same bytes. */
+static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,
+                             cudaStream_t stream, uint16_t *base, uint16_t *out)
+{
+    static const int sets[4][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}};
+    char label[96];
+    for (int i = 0; i < 4; i++) {
+        moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
+        k.gemm_tile_rows = sets[i][0], k.gemm_ctas_per_sm = sets[i][1];
+        s.knobs = &k;
+        snprintf(label, sizeof label, "%s/%s knobs {%d, %d}", moe_ep_path_name(s.path), moe_ep_wire_name(s.wire),
+                 sets[i][0], sets[i][1]);
+        knob_forward(f, &s, sp, d, stream, i ? out : base, &k, MOE_EP_KNOBS_EXPLICIT, label);
+        EXPECT(i == 0 || memcmp(base, out, d->out_bytes) == 0, "%s: differs from knobs {16, 1}", label);
+    }
+    s.knobs = NULL, s.autotune = 1;
+    snprintf(label, sizeof label, "%s/%s autotuned", moe_ep_path_name(s.path), moe_ep_wire_name(s.wire));
+    knob_forward(f, &s, sp, d, stream, out, NULL, MOE_EP_KNOBS_AUTOTUNED, label);
+    EXPECT(memcmp(base, out, d->out_bytes) == 0, "%s: differs from knobs {16, 1}", label);
+    s.autotune = 0;
+    snprintf(label, sizeof label, "%s/%s from the cache", moe_ep_path_name(s.path), moe_ep_wire_name(s.wire));
+    knob_forward(f, &s, sp, d, stream, out, NULL, MOE_EP_KNOBS_CACHE, label);
+    EXPECT(memcmp(base, out, d->out_bytes) == 0, "%s: differs from knobs {16, 1}", label);
+}
+
+/* An autotuning layer captured into a graph at its first forward: no timing
+ * (it would synchronize), and the replay gives the same bytes. */
+static void knobs_capture(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,
+                          cudaStream_t stream, const uint16_t *base, uint16_t *out)
+{
+    moe_ep_group_t g;
+    moe_ep_layer_t l;
+    s.autotune = 1, s.max_tokens = SMAX * 2; /* a bucket not tuned yet */
+    moe_ep_status_t st = make_layer(f, &s, stream, &g, &l);
+    EXPECT(st == MOE_EP_SUCCESS, "autotune capture: %s", errmsg());
+    cudaGraphExec_t exec = NULL;
+    dev_set_counts(d, sp, stream);
+    if (!st && capture_forward(l, f, d, sp, stream, &exec) == 0) {
+        dev_poison(d, stream);
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        EXPECT(finish(g, stream) == MOE_EP_SUCCESS, "autotune capture: replay failed");
+        dev_read_out(d, out, stream);
+        EXPECT(memcmp(base, out, d->out_bytes) == 0, "autotune capture: replay differs");
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
+        moe_ep_knob_source_t src = MOE_EP_KNOBS_AUTOTUNED;
+        EXPECT(moe_ep_layer_get_knobs(l, SMAX * 2, &k, &src) == MOE_EP_SUCCESS && src != MOE_EP_KNOBS_AUTOTUNED,
+               "autotune capture: the bucket was tuned during capture");
+    }
+    free_layer(g, l);
+}
+
+static void test_knobs(uint64_t *rng, cudaStream_t stream)
+{
+    printf("kernel knobs never change results\n");
+    char dir[64], cache[96], lock[112];
+    snprintf(dir, sizeof dir, "/tmp/moe_ep_test_split.XXXXXX");
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(cache, sizeof cache, "%s/knobs.txt", dir);
+    snprintf(lock, sizeof lock, "%s.lock", cache);
+    setenv("MOE_EP_KNOB_CACHE", cache, 1);
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * ST, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    uint16_t *base = xmalloc(d.out_bytes), *out = xmalloc(d.out_bytes);
+    split_t sp = split_strided(2, ST, ST);
+    for (int b = 0; b < num_backends; b++)
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) {
+            spec_t s = make_spec((moe_ep_path_t)p, (moe_ep_wire_t)(p % MOE_EP_WIRE_COUNT_), 2, SMAX);
+            s.backend = backends[b];
+            nvfp4_scales(&f, &s);
+            knobs_same_bytes(&f, s, &sp, &d, stream, base, out);
+            if (p == MOE_EP_PATH_MXFP8) knobs_capture(&f, s, &sp, &d, stream, base, out);
+            printf("  %s %s/%s: explicit, autotuned and cached knobs compared\n", moe_ep_backend_name(s.backend),
+                   moe_ep_path_name(s.path), moe_ep_wire_name(s.wire));
+        }
+    unsetenv("MOE_EP_KNOB_CACHE");
+    unlink(cache), unlink(lock), rmdir(dir);
+    free(base), free(out);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
 /* ds-v4-flash-like H and I with few experts. */
 static void test_large(uint64_t *rng, cudaStream_t stream)
 {
@@ -765,6 +888,7 @@ int main(void)
     test_graph(&rng, stream);
     test_bad_ids(&rng, stream);
     test_device_weights(&rng, stream);
+    test_knobs(&rng, stream);
     test_large(&rng, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
     return test_summary("test_split");

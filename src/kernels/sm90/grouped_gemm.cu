@@ -395,9 +395,11 @@ static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_
     }
 }
 
+/* tile_rows 128: the TMA + wgmma kernel (bf16, wgmma_gemm.cu); 16 and 64: mma.sync. */
 template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
+    if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, (int64_t)d.R * d.T_max * d.K, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

@@ -105,8 +105,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    /* No setmaxnreg: values computed above from global memory (row0, e) live in
+     * registers across the role split, and a register-count decrease does not
+     * preserve registers above the new limit. 384 threads x 168 registers fit. */
     if (wg == 0) { /* producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (t == 0)
             for (int kt = 0; kt < n_k; kt++) {
                 int st = kt % WG_STAGES;
@@ -117,7 +119,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
             }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;

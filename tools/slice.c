@@ -1,0 +1,303 @@
+/* The EP8 slice on one GPU (see slice.h), shared by `moe_ep bench` and
+ * `moe_ep tune`. */
+#define _POSIX_C_SOURCE 200809L
+#include "slice.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int slice_needs_gpu_build(const char *tool)
+{
+    fprintf(stderr, "moe_ep %s: needs a GPU build (this moe_ep was built without CUDA)\n", tool);
+    return 2;
+}
+
+/* ---- option lists ---------------------------------------------------------------- */
+
+/* Splits a comma list into at most max items of < 32 characters; returns the count or -1. */
+int slice_split_list(const char *s, char items[][32], int max)
+{
+    int n = 0;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        if (n == max || len == 0 || len >= 32) return -1;
+        memcpy(items[n], s, len);
+        items[n++][len] = '\0';
+        s += len + (s[len] == ',');
+    }
+    return n;
+}
+
+int slice_name_index(const char *s, const char *(*name)(int), int count)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(s, name(i)) == 0) return i;
+    return -1;
+}
+
+const char *slice_path_str(int i) { return moe_ep_path_name((moe_ep_path_t)i); }
+const char *slice_wire_str(int i) { return moe_ep_wire_name((moe_ep_wire_t)i); }
+const char *slice_backend_str(int i) { return moe_ep_backend_name((moe_ep_backend_t)i); }
+
+int slice_parse_tokens(const char *v, int *tokens)
+{
+    char items[SLICE_MAX_LIST][32];
+    int n = slice_split_list(v, items, SLICE_MAX_LIST);
+    for (int i = 0; i < n; i++)
+        if ((tokens[i] = atoi(items[i])) < 1) return -1;
+    return n > 0 ? n : -1;
+}
+
+int slice_parse_paths(const char *v, moe_ep_path_t *paths)
+{
+    char items[MOE_EP_PATH_COUNT_][32];
+    if (strcmp(v, "all") == 0) {
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) paths[p] = (moe_ep_path_t)p;
+        return MOE_EP_PATH_COUNT_;
+    }
+    int n = slice_split_list(v, items, MOE_EP_PATH_COUNT_);
+    for (int i = 0; i < n; i++)
+        if ((int)(paths[i] = (moe_ep_path_t)slice_name_index(items[i], slice_path_str, MOE_EP_PATH_COUNT_)) < 0)
+            return -1;
+    return n > 0 ? n : -1;
+}
+
+int slice_parse_wire(const char *v, moe_ep_wire_t *wire)
+{
+    int w = slice_name_index(v, slice_wire_str, MOE_EP_WIRE_COUNT_);
+    if (w < 0) return -1;
+    *wire = (moe_ep_wire_t)w;
+    return 0;
+}
+
+int slice_parse_args(int argc, char **argv, const char *tool, int (*option)(void *, const char *, const char *),
+                     void (*usage)(void), void *opts)
+{
+    for (int i = 0; i < argc; i += 2) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return usage(), 1;
+        if (i + 1 >= argc) return fprintf(stderr, "moe_ep %s: %s needs a value\n", tool, argv[i]), 2;
+        int r = option(opts, argv[i], argv[i + 1]);
+        if (r == -2) return fprintf(stderr, "moe_ep %s: unknown option %s\n", tool, argv[i]), usage(), 2;
+        if (r) return fprintf(stderr, "moe_ep %s: bad value %s for %s\n", tool, argv[i + 1], argv[i]), 2;
+    }
+    return 0;
+}
+
+#ifdef MOE_EP_HAVE_CUDA
+
+#include "core/split.h"
+#include "synth.h"
+
+#include <math.h>
+#include <unistd.h>
+
+/* ---- status checks ------------------------------------------------------------------ */
+
+int slice_cuda_ok(cudaError_t e, const char *what, const char *file, int line)
+{
+    if (e == cudaSuccess) return 1;
+    const char *base = strrchr(file, '/');
+    fprintf(stderr, "moe_ep: %s:%d: %s: %s\n", base ? base + 1 : file, line, what, cudaGetErrorString(e));
+    return 0;
+}
+
+int slice_layer_ok(moe_ep_status_t st, const char *what)
+{
+    if (st == MOE_EP_SUCCESS) return 1;
+    fprintf(stderr, "moe_ep: %s: %s: %s\n", what, moe_ep_status_string(st), moe_ep_last_error());
+    return 0;
+}
+
+int slice_cpu_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ---- timing ------------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int elapsed_median(cudaEvent_t *ev, int iters, double *median_us)
+{
+    double *ms = malloc(sizeof(double) * (size_t)iters);
+    int ok = ms != NULL;
+    for (int i = 0; ok && i < iters; i++) {
+        float t = 0;
+        ok = CK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
+        if (ok) ms[i] = t;
+    }
+    if (ok) *median_us = 1e3 * median(ms, iters);
+    free(ms);
+    return ok;
+}
+
+/* Runs warm-up steps, then `iters` timed ones; each timed one is `op` between
+ * two events, after the untimed `pre` (may be NULL). Median in microseconds. */
+int slice_time_steps(void *ctx, step_fn pre, step_fn op, int warmup, int iters, cudaStream_t s,
+                      double *median_us)
+{
+    cudaEvent_t *ev = calloc((size_t)iters * 2, sizeof *ev);
+    int ok = ev != NULL, made = 0;
+    for (; ok && made < 2 * iters; made++) ok = CK(cudaEventCreate(&ev[made]));
+    for (int i = 0; ok && i < warmup; i++) ok = (!pre || pre(ctx, i, s)) && op(ctx, i, s);
+    for (int i = 0; ok && i < iters; i++) {
+        ok = !pre || pre(ctx, warmup + i, s);
+        ok = ok && CK(cudaEventRecord(ev[2 * i], s));
+        ok = ok && op(ctx, warmup + i, s);
+        ok = ok && CK(cudaEventRecord(ev[2 * i + 1], s));
+    }
+    ok = CK(cudaStreamSynchronize(s)) && ok;
+    ok = ok && elapsed_median(ev, iters, median_us);
+    for (int i = 0; i < made; i++)
+        if (ev[i]) CK(cudaEventDestroy(ev[i]));
+    free(ev);
+    return ok;
+}
+
+/* ---- data ------------------------------------------------------------------------- */
+
+static int make_checkpoint(slice_t *sl)
+{
+    int64_t n13 = 2 * (int64_t)sl->I * sl->H, n2 = (int64_t)sl->H * sl->I;
+    sl->w13 = malloc(sizeof(uint16_t) * (size_t)(n13 * sl->E8));
+    sl->w2 = malloc(sizeof(uint16_t) * (size_t)(n2 * sl->E8));
+    if (!sl->w13 || !sl->w2) return fprintf(stderr, "moe_ep: out of host memory\n"), 0;
+    for (int e = 0; e < sl->E8; e++)
+        synth_expert(sl->w13 + e * n13, sl->w2 + e * n2, e, sl->H, sl->I, SLICE_SEED, slice_cpu_threads());
+    return 1;
+}
+
+static int make_set(slice_t *sl, int i)
+{
+    dset_t *d = &sl->sets[i];
+    size_t T = (size_t)sl->maxT, xn = T * (size_t)sl->H, kn = T * (size_t)sl->K;
+    uint16_t *hx = malloc(sizeof(uint16_t) * xn);
+    float *hw = malloc(sizeof(float) * kn);
+    d->host_ids = malloc(sizeof(int32_t) * kn);
+    int ok = hx && hw && d->host_ids;
+    if (ok) {
+        synth_bf16_parallel(hx, (int64_t)xn, 1 << 20, 1.0f, SLICE_SEED, (1ull << 40) + (uint64_t)i * 4096, slice_cpu_threads());
+        synth_routing(d->host_ids, hw, sl->maxT, sl->K, sl->E8, SLICE_SEED, (1ull << 41) + (uint64_t)i);
+    }
+    ok = ok && CK(cudaMalloc((void **)&d->x, sizeof(uint16_t) * xn)) && CK(cudaMalloc((void **)&d->out, sizeof(uint16_t) * xn));
+    ok = ok && CK(cudaMalloc((void **)&d->ids, sizeof(int32_t) * kn)) && CK(cudaMalloc((void **)&d->wt, sizeof(float) * kn));
+    ok = ok && CK(cudaMemcpy(d->x, hx, sizeof(uint16_t) * xn, cudaMemcpyHostToDevice));
+    ok = ok && CK(cudaMemcpy(d->ids, d->host_ids, sizeof(int32_t) * kn, cudaMemcpyHostToDevice));
+    ok = ok && CK(cudaMemcpy(d->wt, hw, sizeof(float) * kn, cudaMemcpyHostToDevice));
+    free(hx), free(hw);
+    return ok;
+}
+
+void slice_free(slice_t *sl)
+{
+    for (int i = 0; i < SLICE_MAX_SETS; i++) {
+        dset_t *d = &sl->sets[i];
+        void *bufs[] = {d->x, d->out, d->ids, d->wt};
+        for (int j = 0; j < 4; j++)
+            if (bufs[j]) CK(cudaFree(bufs[j]));
+        free(d->host_ids);
+    }
+    if (sl->flush) CK(cudaFree(sl->flush));
+    free(sl->w13), free(sl->w2);
+    memset(sl, 0, sizeof *sl);
+}
+
+int slice_make(slice_t *sl, const geometry_t *g, int maxT)
+{
+    int l2 = 0;
+    memset(sl, 0, sizeof *sl);
+    sl->g = g, sl->E8 = g->num_experts / 8, sl->K = g->top_k, sl->H = g->hidden, sl->I = g->intermediate;
+    sl->maxT = maxT;
+    if (!CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0))) return 0;
+    sl->flush_bytes = 2 * (size_t)l2;
+    double set_bytes = (double)maxT * sl->H * 4.0 + (double)maxT * sl->K * 8.0;
+    sl->nsets = (int)ceil(2.0 * l2 / set_bytes);
+    sl->nsets = sl->nsets < 2 ? 2 : sl->nsets > SLICE_MAX_SETS ? SLICE_MAX_SETS : sl->nsets;
+    fprintf(stderr, "%s: generating %d experts and %d input sets\n", g->name, sl->E8, sl->nsets);
+    int ok = CK(cudaMalloc(&sl->flush, sl->flush_bytes)) && make_checkpoint(sl);
+    for (int i = 0; ok && i < sl->nsets; i++) ok = make_set(sl, i);
+    return ok;
+}
+
+/* ---- layers and steps ------------------------------------------------------------- */
+
+static moe_ep_status_t load_slice_weights(moe_ep_layer_t l, const slice_t *sl, cudaStream_t s)
+{
+    moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
+    w.first_expert = 0, w.num_experts = sl->E8, w.w13 = sl->w13, w.w2 = sl->w2;
+    moe_ep_status_t st = moe_ep_layer_load_experts(l, &w, (moe_ep_stream_t)s);
+    if (st == MOE_EP_SUCCESS && !CK(cudaStreamSynchronize(s))) st = MOE_EP_ERROR_CUDA;
+    return st;
+}
+
+moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wire_t w, moe_ep_backend_t b,
+                                   moe_ep_group_t g, cudaStream_t s, moe_ep_layer_t *l)
+{
+    moe_ep_layer_config_t c = MOE_EP_LAYER_CONFIG_INIT;
+    c.num_experts = sl->E8, c.top_k = sl->K, c.hidden = sl->H, c.intermediate = sl->I;
+    c.max_tokens_per_rank = sl->maxT, c.path = p, c.wire = w, c.backend = b;
+    c.swiglu_limit = sl->g->swiglu_limit;
+    /* NVFP4 static activation scales: x ~ N(0, 1) (amax about 5), SwiGLU output amax about 16. */
+    c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 16.0f;
+    *l = NULL;
+    moe_ep_status_t st = moe_ep_layer_create(g, &c, l);
+    if (st == MOE_EP_SUCCESS) st = load_slice_weights(*l, sl, s);
+    return st;
+}
+
+int slice_flush_step(void *ctx, int iter, cudaStream_t s)
+{
+    const run_ctx_t *c = ctx;
+    return CK(cudaMemsetAsync(c->sl->flush, iter & 0xFF, c->sl->flush_bytes, s));
+}
+
+int slice_forward_step(void *ctx, int iter, cudaStream_t s)
+{
+    const run_ctx_t *c = ctx;
+    const dset_t *d = &c->sl->sets[iter % c->sl->nsets];
+    const uint16_t *x = d->x;
+    const int32_t *ids = d->ids;
+    const float *wt = d->wt;
+    uint16_t *out = d->out;
+    int32_t nt = c->T;
+    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
+    a.num_tokens = &nt, a.x = &x, a.topk_ids = &ids, a.topk_weights = &wt, a.out = &out;
+    return slice_layer_ok(moe_ep_layer_forward(c->layer, &a, (moe_ep_stream_t)s), "moe_ep_layer_forward");
+}
+
+int slice_forward_flush_step(void *ctx, int iter, cudaStream_t s)
+{
+    return slice_forward_step(ctx, iter, s) && slice_flush_step(ctx, iter, s);
+}
+
+int slice_stage_step(void *ctx, int iter, cudaStream_t s)
+{
+    const run_ctx_t *c = ctx;
+    (void)iter;
+    return slice_layer_ok(moe_ep_split_expert_stage(c->layer, (moe_ep_stream_t)s), "moe_ep_split_expert_stage");
+}
+
+/* Device-side errors of the timed calls (e.g. a timeout); reset so the next cell runs. */
+int slice_no_async_error(moe_ep_group_t g)
+{
+    moe_ep_status_t status = MOE_EP_SUCCESS;
+    if (!slice_layer_ok(moe_ep_group_get_async_error(g, &status), "moe_ep_group_get_async_error")) return 0;
+    if (status == MOE_EP_SUCCESS) return 1;
+    fprintf(stderr, "moe_ep: device error: %s: %s\n", moe_ep_status_string(status), moe_ep_last_error());
+    slice_layer_ok(moe_ep_group_reset_async_error(g), "moe_ep_group_reset_async_error");
+    return 0;
+}
+
+#endif /* MOE_EP_HAVE_CUDA */
