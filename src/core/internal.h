@@ -3,6 +3,7 @@
 #ifndef MOE_EP_INTERNAL_H
 #define MOE_EP_INTERNAL_H
 
+#include "formats/facts.h"
 #include "moe_ep.h"
 
 #include <stddef.h>
@@ -38,19 +39,6 @@ moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int lin
 
 /* Clears the last error at the start of a public call. */
 void moe_ep_clear_error(void);
-
-/* Element-format facts. */
-int moe_ep_format_block(moe_ep_format_t format);          /* elements per scale; 1 for BF16 */
-int moe_ep_format_scale_bytes(moe_ep_format_t format);    /* bytes per scale; 0 for BF16    */
-int moe_ep_format_is_fp4(moe_ep_format_t format);
-/* Bytes of data for a [rows][cols] matrix (cols a multiple of the block). */
-int64_t moe_ep_format_data_bytes(moe_ep_format_t format, int64_t rows, int64_t cols);
-int64_t moe_ep_format_scales_bytes(moe_ep_format_t format, int64_t rows, int64_t cols);
-
-/* Formats of a compute path. */
-moe_ep_format_t moe_ep_path_weight_format(moe_ep_path_t path);
-moe_ep_format_t moe_ep_path_act_format(moe_ep_path_t path);
-moe_ep_format_t moe_ep_wire_format(moe_ep_wire_t wire);
 
 #ifdef __cplusplus
 }

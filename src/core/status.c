@@ -1,6 +1,5 @@
 /* Status strings, the thread-local last error, names, and format facts. */
 #include "core/internal.h"
-#include "kernels/split_kernels.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,60 +72,3 @@ const char *moe_ep_format_name(moe_ep_format_t format)
     static const char *names[] = {"bf16", "mxfp8", "nvfp4", "mxfp4", "fp8_block", "fp4_wire"};
     return (unsigned)format < MOE_EP_FORMAT_COUNT_ ? names[format] : "unknown";
 }
-
-int moe_ep_format_block(moe_ep_format_t format)
-{
-    static const int block[] = {1, 32, 16, 32, 128, 16};
-    return (unsigned)format < MOE_EP_FORMAT_COUNT_ ? block[format] : 0;
-}
-
-int moe_ep_format_scale_bytes(moe_ep_format_t format)
-{
-    static const int bytes[] = {0, 1, 1, 1, 4, 2};
-    return (unsigned)format < MOE_EP_FORMAT_COUNT_ ? bytes[format] : 0;
-}
-
-int moe_ep_format_is_fp4(moe_ep_format_t format)
-{
-    return format == MOE_EP_FORMAT_NVFP4 || format == MOE_EP_FORMAT_MXFP4 ||
-           format == MOE_EP_FORMAT_FP4_WIRE;
-}
-
-int64_t moe_ep_format_data_bytes(moe_ep_format_t format, int64_t rows, int64_t cols)
-{
-    if (format == MOE_EP_FORMAT_BF16) return rows * cols * 2;
-    return moe_ep_format_is_fp4(format) ? rows * cols / 2 : rows * cols;
-}
-
-int64_t moe_ep_format_scales_bytes(moe_ep_format_t format, int64_t rows, int64_t cols)
-{
-    if (format == MOE_EP_FORMAT_BF16) return 0;
-    return rows * (cols / moe_ep_format_block(format)) * moe_ep_format_scale_bytes(format);
-}
-
-moe_ep_format_t moe_ep_path_weight_format(moe_ep_path_t path)
-{
-    static const moe_ep_format_t f[] = {MOE_EP_FORMAT_BF16, MOE_EP_FORMAT_MXFP8,
-                                        MOE_EP_FORMAT_NVFP4, MOE_EP_FORMAT_MXFP4,
-                                        MOE_EP_FORMAT_FP8_BLOCK};
-    return f[path];
-}
-
-moe_ep_format_t moe_ep_path_act_format(moe_ep_path_t path)
-{
-    static const moe_ep_format_t f[] = {MOE_EP_FORMAT_BF16, MOE_EP_FORMAT_MXFP8,
-                                        MOE_EP_FORMAT_NVFP4, MOE_EP_FORMAT_MXFP8,
-                                        MOE_EP_FORMAT_FP8_BLOCK};
-    return f[path];
-}
-
-moe_ep_format_t moe_ep_wire_format(moe_ep_wire_t wire)
-{
-    static const moe_ep_format_t f[] = {MOE_EP_FORMAT_BF16, MOE_EP_FORMAT_MXFP8,
-                                        MOE_EP_FORMAT_FP4_WIRE};
-    return f[wire];
-}
-
-int64_t moe_ep_row_data_bytes(moe_ep_format_t f, int64_t n) { return moe_ep_format_data_bytes(f, 1, n); }
-
-int64_t moe_ep_row_scale_bytes(moe_ep_format_t f, int64_t n) { return moe_ep_format_scales_bytes(f, 1, n); }

@@ -9,8 +9,8 @@
 __device__ __forceinline__ void store_block(moe_ep_format_t f, const float *v, int64_t n, int64_t c,
                                             float S, uint8_t *data, uint8_t *scales, int64_t row)
 {
-    uint8_t *d = data + row * moe_ep_dev_row_bytes(f, n);
-    uint8_t *s = scales + row * moe_ep_dev_scale_row_bytes(f, n);
+    uint8_t *d = data + row * moe_ep_row_data_bytes(f, n);
+    uint8_t *s = scales + row * moe_ep_row_scale_bytes(f, n);
     if (f == MOE_EP_FORMAT_BF16) {
         ((uint32_t *)(d + 2 * c))[0] = moe_ep_pack_bf16x2(v[0], v[1]);
     } else if (f == MOE_EP_FORMAT_MXFP8) {
@@ -33,8 +33,8 @@ __global__ void dispatch_tokens(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, mo
     const uint16_t *x = io.x[r] + (int64_t)t * d.H;
     for (int i = threadIdx.x; i < d.H; i += blockDim.x) xs[i] = moe_ep_bf16_to_f32(x[i]);
     __syncthreads();
-    moe_ep_format_t f = moe_ep_path_act_format_dev(d.path);
-    int blk = f == MOE_EP_FORMAT_BF16 ? 2 : moe_ep_dev_block(f);
+    moe_ep_format_t f = moe_ep_path_act_format(d.path);
+    int blk = f == MOE_EP_FORMAT_BF16 ? 2 : moe_ep_format_block(f);
     const int32_t *pos = b.slot_pos + ((int64_t)r * d.T_max + t) * d.K;
     const int32_t *ids = io.ids[r] + (int64_t)t * d.K;
     int32_t *row_of_slot = b.row_of_slot + ((int64_t)r * d.T_max + t) * d.K;

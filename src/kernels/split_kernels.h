@@ -80,10 +80,6 @@ typedef struct moe_ep_split_io {
     const int32_t *t_device; /* [R], or NULL to use t_host */
 } moe_ep_split_io_t;
 
-/* Bytes per row of n elements in format f: data, and scales. */
-int64_t moe_ep_row_data_bytes(moe_ep_format_t f, int64_t n);
-int64_t moe_ep_row_scale_bytes(moe_ep_format_t f, int64_t n);
-
 /* Forward stages; every launcher returns MOE_EP_ERROR_CUDA on a launch error. */
 moe_ep_status_t moe_ep_launch_plan(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
                                    const moe_ep_split_io_t *io, moe_ep_stream_t stream);

@@ -76,8 +76,8 @@ __global__ void prep_quantize(const uint16_t *src, prep_matrix p)
     int64_t srow = p.I > 0 ? w13_source_row(row, p.I) : row;
     float v[32];
     for (int i = 0; i < 32; i++) v[i] = moe_ep_bf16_to_f32(src[srow * p.cols + c + i]);
-    uint8_t *d = p.data + row * moe_ep_dev_row_bytes(p.fmt, p.cols);
-    uint8_t *s = p.scales + row * moe_ep_dev_scale_row_bytes(p.fmt, p.cols);
+    uint8_t *d = p.data + row * moe_ep_row_data_bytes(p.fmt, p.cols);
+    uint8_t *s = p.scales + row * moe_ep_row_scale_bytes(p.fmt, p.cols);
     uint8_t q[32];
     switch (p.fmt) {
     case MOE_EP_FORMAT_BF16:
@@ -110,7 +110,7 @@ __global__ void prep_copy(const uint8_t *src, const uint8_t *src_scales, prep_ma
     int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= p.rows) return;
     int64_t srow = p.I > 0 ? w13_source_row(row, p.I) : row;
-    int64_t rb = moe_ep_dev_row_bytes(p.fmt, p.cols), sb = moe_ep_dev_scale_row_bytes(p.fmt, p.cols);
+    int64_t rb = moe_ep_row_data_bytes(p.fmt, p.cols), sb = moe_ep_row_scale_bytes(p.fmt, p.cols);
     for (int64_t i = 0; i < rb; i += 4) *(uint32_t *)(p.data + row * rb + i) = *(const uint32_t *)(src + srow * rb + i);
     if (p.fmt == MOE_EP_FORMAT_FP8_BLOCK) {
         const float *tiles = (const float *)src_scales;
@@ -162,21 +162,21 @@ extern "C" moe_ep_status_t moe_ep_launch_prep_weights(const moe_ep_split_dims_t 
                                                       float *scratch, moe_ep_stream_t stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    moe_ep_format_t wf = moe_ep_path_weight_format_dev(d->path);
+    moe_ep_format_t wf = moe_ep_path_weight_format(d->path);
     int64_t H = d->H, I = d->I;
-    int64_t src13 = src_format == MOE_EP_FORMAT_BF16 ? 2 * (2 * I * H) : moe_ep_dev_row_bytes(wf, H) * 2 * I;
-    int64_t src2 = src_format == MOE_EP_FORMAT_BF16 ? 2 * (H * I) : moe_ep_dev_row_bytes(wf, I) * H;
-    int64_t ss13 = wf == MOE_EP_FORMAT_FP8_BLOCK ? (2 * I / 128) * (H / 128) * 4 : moe_ep_dev_scale_row_bytes(wf, H) * 2 * I;
-    int64_t ss2 = wf == MOE_EP_FORMAT_FP8_BLOCK ? (H / 128) * (I / 128) * 4 : moe_ep_dev_scale_row_bytes(wf, I) * H;
+    int64_t src13 = src_format == MOE_EP_FORMAT_BF16 ? 2 * (2 * I * H) : moe_ep_row_data_bytes(wf, H) * 2 * I;
+    int64_t src2 = src_format == MOE_EP_FORMAT_BF16 ? 2 * (H * I) : moe_ep_row_data_bytes(wf, I) * H;
+    int64_t ss13 = wf == MOE_EP_FORMAT_FP8_BLOCK ? (2 * I / 128) * (H / 128) * 4 : moe_ep_row_scale_bytes(wf, H) * 2 * I;
+    int64_t ss2 = wf == MOE_EP_FORMAT_FP8_BLOCK ? (H / 128) * (I / 128) * 4 : moe_ep_row_scale_bytes(wf, I) * H;
     if (src_format == MOE_EP_FORMAT_NVFP4 && (!src_gs13 || !src_gs2))
         return MOE_EP_FAIL(MOE_EP_ERROR_INVALID_ARGUMENT, "nvfp4 global scales missing");
     for (int i = 0; i < n; i++) {
         int le = le0 + i;
         prep_matrix m13 = {(int)(2 * I), (int)H, (int)I, wf,
-                           b->w13 + le * moe_ep_dev_row_bytes(wf, H) * 2 * I,
-                           b->w13_scales + le * moe_ep_dev_scale_row_bytes(wf, H) * 2 * I, NULL, NULL};
-        prep_matrix m2 = {(int)H, (int)I, 0, wf, b->w2 + le * moe_ep_dev_row_bytes(wf, I) * H,
-                          b->w2_scales + le * moe_ep_dev_scale_row_bytes(wf, I) * H, NULL, NULL};
+                           b->w13 + le * moe_ep_row_data_bytes(wf, H) * 2 * I,
+                           b->w13_scales + le * moe_ep_row_scale_bytes(wf, H) * 2 * I, NULL, NULL};
+        prep_matrix m2 = {(int)H, (int)I, 0, wf, b->w2 + le * moe_ep_row_data_bytes(wf, I) * H,
+                          b->w2_scales + le * moe_ep_row_scale_bytes(wf, I) * H, NULL, NULL};
         MOE_EP_CHECK(prep_one(d, src_format, m13, (const uint8_t *)src_w13 + i * src13,
                               src_w13_scales ? (const uint8_t *)src_w13_scales + i * ss13 : NULL,
                               src_gs13 ? src_gs13 + i : NULL, b->w13_gs + le, scratch, s));

@@ -38,8 +38,8 @@ __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *
                                                 int64_t N_out, int64_t c, float S, uint8_t *out,
                                                 uint8_t *out_scales)
 {
-    uint8_t *d = out + row * moe_ep_dev_row_bytes(f, N_out);
-    uint8_t *s = out_scales + row * moe_ep_dev_scale_row_bytes(f, N_out);
+    uint8_t *d = out + row * moe_ep_row_data_bytes(f, N_out);
+    uint8_t *s = out_scales + row * moe_ep_row_scale_bytes(f, N_out);
     if (f == MOE_EP_FORMAT_BF16) {
         for (int i = 0; i < blk; i += 2) *(uint32_t *)(d + 2 * (c + i)) = moe_ep_pack_bf16x2(v[i], v[i + 1]);
     } else if (f == MOE_EP_FORMAT_MXFP8) {
@@ -63,7 +63,7 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
 {
     const bool glu = g.N != g.N_out;
     const int width = glu ? 128 : BN; /* output columns of this tile */
-    int blk = g.out_fmt == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_dev_block(g.out_fmt);
+    int blk = g.out_fmt == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_format_block(g.out_fmt);
     int64_t c0 = glu ? n0 / 2 : n0; /* first output column */
     for (int item = tid; item < BM * (width / blk); item += nthreads) {
         int m = item / (width / blk), j = (item % (width / blk)) * blk;

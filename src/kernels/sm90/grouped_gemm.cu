@@ -96,12 +96,12 @@ template <int BM, int BN, bool DIRECT>
 __host__ __device__ __forceinline__ stage_layout make_layout(moe_ep_format_t af, moe_ep_format_t bf, int bk)
 {
     stage_layout L;
-    L.a_bytes = (int)moe_ep_dev_row_bytes(af, bk);
-    L.b_bytes = (int)moe_ep_dev_row_bytes(bf, bk);
+    L.a_bytes = (int)moe_ep_row_data_bytes(af, bk);
+    L.b_bytes = (int)moe_ep_row_data_bytes(bf, bk);
     L.a_pitch = L.a_bytes + (DIRECT ? 16 : 0);
     L.b_pitch = L.b_bytes + (DIRECT ? 16 : 0);
-    L.a_sc = (int)moe_ep_dev_scale_row_bytes(af, bk);
-    L.b_sc = (int)moe_ep_dev_scale_row_bytes(bf, bk);
+    L.a_sc = (int)moe_ep_row_scale_bytes(af, bk);
+    L.b_sc = (int)moe_ep_row_scale_bytes(bf, bk);
     L.slot_bytes = BM * L.a_pitch + BN * L.b_pitch + (BM + BN) * SC_SLOT;
     return L;
 }
@@ -113,9 +113,9 @@ __device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layo
                                             int64_t row0, int rows_valid, const uint8_t *bw,
                                             const uint8_t *bws, int k0)
 {
-    int64_t a_rb = moe_ep_dev_row_bytes(g.a_fmt, g.K), a_sb = moe_ep_dev_scale_row_bytes(g.a_fmt, g.K);
-    int64_t b_rb = moe_ep_dev_row_bytes(g.b_fmt, g.K), b_sb = moe_ep_dev_scale_row_bytes(g.b_fmt, g.K);
-    int64_t a_k = moe_ep_dev_row_bytes(g.a_fmt, k0), b_k = moe_ep_dev_row_bytes(g.b_fmt, k0);
+    int64_t a_rb = moe_ep_row_data_bytes(g.a_fmt, g.K), a_sb = moe_ep_row_scale_bytes(g.a_fmt, g.K);
+    int64_t b_rb = moe_ep_row_data_bytes(g.b_fmt, g.K), b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
+    int64_t a_k = moe_ep_row_data_bytes(g.a_fmt, k0), b_k = moe_ep_row_data_bytes(g.b_fmt, k0);
     int a_chunks = L.a_bytes / 16, b_chunks = L.b_bytes / 16;
     uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
     for (int c = threadIdx.x; c < BM * a_chunks; c += blockDim.x) {
@@ -130,12 +130,12 @@ __device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layo
     if (L.a_sc)
         for (int m = threadIdx.x; m < BM; m += blockDim.x) {
             bool ok = m < rows_valid;
-            cp_async(sc_slot + m * SC_SLOT, g.a_scales + (ok ? row0 + m : row0) * a_sb + moe_ep_dev_scale_row_bytes(g.a_fmt, k0),
+            cp_async(sc_slot + m * SC_SLOT, g.a_scales + (ok ? row0 + m : row0) * a_sb + moe_ep_row_scale_bytes(g.a_fmt, k0),
                      L.a_sc, ok);
         }
     if (L.b_sc)
         for (int n = threadIdx.x; n < BN; n += blockDim.x)
-            cp_async(sc_slot + (BM + n) * SC_SLOT, bws + n * b_sb + moe_ep_dev_scale_row_bytes(g.b_fmt, k0), L.b_sc, true);
+            cp_async(sc_slot + (BM + n) * SC_SLOT, bws + n * b_sb + moe_ep_row_scale_bytes(g.b_fmt, k0), L.b_sc, true);
 }
 
 /* NVFP4 element values E2M1 x E4M3 block scale are exact in fp16 (at most 5
@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(gemm_threads<BM, BN>(), 1) grouped_gemm(gemm_a
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BM;
         int rows_valid = (int)min((int64_t)BM, (int64_t)g.expert_offset[e + 1] - row0);
         int64_t b_rows = (int64_t)e * g.N + n0;
-        const uint8_t *bw = g.b + b_rows * moe_ep_dev_row_bytes(g.b_fmt, g.K);
-        const uint8_t *bws = g.b_scales + b_rows * moe_ep_dev_scale_row_bytes(g.b_fmt, g.K);
+        const uint8_t *bw = g.b + b_rows * moe_ep_row_data_bytes(g.b_fmt, g.K);
+        const uint8_t *bws = g.b_scales + b_rows * moe_ep_row_scale_bytes(g.b_fmt, g.K);
         float acc[MI][NF][4], part[MI][NF][4];
 #pragma unroll
         for (int i = 0; i < MI; i++)
@@ -407,13 +407,13 @@ extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, c
                                                  moe_ep_stream_t stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    moe_ep_format_t af = moe_ep_path_act_format_dev(d->path), wf = moe_ep_path_weight_format_dev(d->path);
+    moe_ep_format_t af = moe_ep_path_act_format(d->path), wf = moe_ep_path_weight_format(d->path);
     gemm_args g1 = {af, wf, af, b->xq, b->xq_scales, b->w13, b->w13_scales, b->w13_gs, d->fc1_scale,
                     b->aq, b->aq_scales, d->fc2_scale, d->H, 2 * d->I, d->I, d->E, d->swiglu_limit,
                     b->expert_offset, b->tile_offset, b->error};
     moe_ep_status_t st = launch_tiles<256>(g1, *d, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
-    gemm_args g2 = {af, wf, moe_ep_wire_format_dev(d->wire), b->aq, b->aq_scales, b->w2, b->w2_scales, b->w2_gs,
+    gemm_args g2 = {af, wf, moe_ep_wire_format(d->wire), b->aq, b->aq_scales, b->w2, b->w2_scales, b->w2_gs,
                     d->fc2_scale, b->y, b->y_scales, 1.0f, d->I, d->H, d->H, d->E, 0.0f,
                     b->expert_offset, b->tile_offset, b->error};
     return launch_tiles<128>(g2, *d, s, "grouped_gemm2_wire");
