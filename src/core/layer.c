@@ -13,6 +13,7 @@
 #define MOE_EP_MAX_TOKENS_PER_RANK (1 << 20)
 #define MOE_EP_MAX_DIM (1 << 16)
 #define MOE_EP_DIM_ALIGN 128
+#define MOE_EP_SPLIT_MAX_HIDDEN 32768 /* 128 KiB of fp32 per token in the dispatch kernel */
 
 moe_ep_expert_bytes_t moe_ep_expert_bytes(moe_ep_format_t format, int64_t hidden,
                                           int64_t intermediate)
@@ -75,6 +76,14 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
     if (c->backend == MOE_EP_BACKEND_MEGA)
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the mega backend is not built yet");
     if (c->backend == MOE_EP_BACKEND_SPLIT) {
+        /* Row ids and TMA coordinates are int32; the dispatch kernel stages a token
+         * (H fp32) in shared memory. */
+        int64_t rows = (int64_t)group->local_ranks * c->max_tokens_per_rank * c->top_k;
+        MOE_EP_REQUIRE(rows < ((int64_t)1 << 31),
+                       "split backend: local ranks x max_tokens_per_rank x top_k = %lld rows, "
+                       "at most 2^31 - 1", (long long)rows);
+        MOE_EP_REQUIRE(c->hidden <= MOE_EP_SPLIT_MAX_HIDDEN, "split backend: hidden %d > %d",
+                       c->hidden, MOE_EP_SPLIT_MAX_HIDDEN);
 #ifndef MOE_EP_HAVE_CUDA
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
 #endif

@@ -70,6 +70,17 @@ static void test_configs(moe_ep_group_t g)
     EXPECT_STATUS(moe_ep_layer_create(NULL, &c, &l), MOE_EP_ERROR_INVALID_ARGUMENT);
     EXPECT_STATUS(moe_ep_layer_create(g, NULL, &l), MOE_EP_ERROR_INVALID_ARGUMENT);
     EXPECT_STATUS(moe_ep_layer_create(g, &c, NULL), MOE_EP_ERROR_INVALID_ARGUMENT);
+    /* Limits of the split backend are checked before anything else. */
+    c = small_config();
+    c.backend = MOE_EP_BACKEND_SPLIT, c.max_tokens_per_rank = 1 << 20, c.top_k = 8, c.num_experts = 1024;
+    moe_ep_group_t big;
+    EXPECT_STATUS(moe_ep_group_create_emulated(1024, -1, &big), MOE_EP_SUCCESS);
+    EXPECT_STATUS(moe_ep_layer_create(big, &c, &l), MOE_EP_ERROR_INVALID_ARGUMENT);
+    moe_ep_group_destroy(big);
+    c = small_config();
+    c.backend = MOE_EP_BACKEND_SPLIT, c.hidden = 65536;
+    EXPECT_STATUS(moe_ep_layer_create(g, &c, &l), MOE_EP_ERROR_INVALID_ARGUMENT);
+    c = small_config();
     /* A GPU backend on a CPU group is a valid request this group can't serve. */
     c.backend = MOE_EP_BACKEND_SPLIT;
     moe_ep_status_t st = moe_ep_layer_create(g, &c, &l);
