@@ -8,7 +8,7 @@
  */
 #include "../../src/kernels/sm90/hopper.cuh" /* mbarrier, TMA, descriptors, wgmma */
 
-#include <cudaTypedefs.h>
+#include "lab_common.cuh"
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -21,14 +21,6 @@
 #define BN 256
 #define BK 64
 #define STAGES 4
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (x);                                                             \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("CUDA error %s at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 struct smem_t {
     __nv_bfloat16 a[STAGES][BM * BK]; /* 16 KB each, 1024-aligned */
@@ -141,34 +133,6 @@ __global__ void fill_random(__nv_bfloat16 *x, size_t n, uint32_t seed)
     x[i] = __float2bfloat16(((float)(h & 0xFFFF) / 65536.0f - 0.5f) * 2.0f);
 }
 
-static PFN_cuTensorMapEncodeTiled_v12000 encode_fn(void)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-    if (!fn || q != cudaDriverEntryPointSuccess) {
-        printf("cuTensorMapEncodeTiled not found\n");
-        exit(1);
-    }
-    return (PFN_cuTensorMapEncodeTiled_v12000)fn;
-}
-
-static CUtensorMap make_map(void *base, int rows, int cols, int box_rows)
-{
-    CUtensorMap m;
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
-    cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, elem,
-                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        printf("tensor map encode failed: %d\n", (int)r);
-        exit(1);
-    }
-    return m;
-}
-
 static void run(int M, int N, int K, int check, int iters)
 {
     __nv_bfloat16 *A, *B;
@@ -179,7 +143,8 @@ static void run(int M, int N, int K, int check, int iters)
     fill_random<<<(unsigned)(((size_t)M * K + 255) / 256), 256>>>(A, (size_t)M * K, 1234u + M);
     fill_random<<<(unsigned)(((size_t)N * K + 255) / 256), 256>>>(B, (size_t)N * K, 777u + N);
     CHECK(cudaMemset(C, 0xFF, (size_t)M * N * 4));
-    CUtensorMap ta = make_map(A, M, K, BM), tb = make_map(B, N, K, BN);
+    CUtensorMap ta = lab_make_map(A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, K, BM, BK);
+    CUtensorMap tb = lab_make_map(B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, N, K, BN, BK);
     size_t smem = sizeof(smem_t) + 1024;
     CHECK(cudaFuncSetAttribute(gemm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(N / BN, M / BM);
@@ -211,18 +176,8 @@ static void run(int M, int N, int K, int check, int iters)
         free(hc), free(hr);
         cudaFree(R);
     }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    float best = 1e30f;
-    for (int i = 0; i < iters; i++) {
-        cudaEventRecord(e0);
-        gemm_wgmma<<<grid, 384, smem>>>(ta, tb, C, M, N, K);
-        cudaEventRecord(e1);
-        CHECK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (ms < best) best = ms;
-    }
+    float best;
+    LAB_TIME_BEST(best, iters, gemm_wgmma<<<grid, 384, smem>>>(ta, tb, C, M, N, K));
     printf("time M=%d N=%d K=%d: best %.1f us, %.0f TFLOP/s\n", M, N, K, best * 1e3, 2.0 * M * N * K / (best * 1e-3) / 1e12);
     cudaFree(A), cudaFree(B), cudaFree(C);
 }

@@ -16,7 +16,7 @@
  */
 #include "../../src/kernels/sm90/hopper.cuh"
 
-#include <cudaTypedefs.h>
+#include "lab_common.cuh"
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,14 +28,6 @@
 #define BN 128
 #define BK 128
 #define STAGES 4
-#define CHECK(x)                                                                                    \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            printf("CUDA error %s at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
 
 /* d[64] (+)= A (64 x 32 e4m3) . B^T (128 x 32 e4m3). */
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float *d, uint64_t da, uint64_t db, int scale_d)
@@ -173,32 +165,6 @@ static float e4m3_value(uint8_t c)
     return s ? -v : v;
 }
 
-static PFN_cuTensorMapEncodeTiled_v12000 encode_fn(void)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-    if (!fn || q != cudaDriverEntryPointSuccess) {
-        printf("cuTensorMapEncodeTiled not found\n");
-        exit(1);
-    }
-    return (PFN_cuTensorMapEncodeTiled_v12000)fn;
-}
-
-static CUtensorMap make_map(void *base, int rows, int cols, int box_rows)
-{
-    CUtensorMap m;
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
-    cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        printf("tensor map encode failed: %d\n", (int)r);
-        exit(1);
-    }
-    return m;
-}
-
 static void run(int M, int N, int K, int check, int iters)
 {
     uint8_t *A, *B;
@@ -214,7 +180,8 @@ static void run(int M, int N, int K, int check, int iters)
     fill_scales<<<(unsigned)(((size_t)M * kb + 255) / 256), 256>>>(sa, (size_t)M * kb, 5u);
     fill_scales<<<(unsigned)(((size_t)N * kb + 255) / 256), 256>>>(sb, (size_t)N * kb, 7u);
     CHECK(cudaMemset(C, 0xFF, (size_t)M * N * 4));
-    CUtensorMap ta = make_map(A, M, K, BM), tb = make_map(B, N, K, BN);
+    CUtensorMap ta = lab_make_map(A, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, M, K, BM, BK);
+    CUtensorMap tb = lab_make_map(B, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, N, K, BN, BK);
     size_t smem = sizeof(smem_t) + 1024;
     CHECK(cudaFuncSetAttribute(gemm_fp8_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(N / BN, M / BM);
@@ -258,18 +225,8 @@ static void run(int M, int N, int K, int check, int iters)
         cudaFree(R);
         free(hc), free(hr), free(ha), free(hb), free(hsa), free(hsb);
     }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    float best = 1e30f;
-    for (int i = 0; i < iters; i++) {
-        cudaEventRecord(e0);
-        gemm_fp8_wgmma<<<grid, 384, smem>>>(ta, tb, sa, sb, C, M, N, K);
-        cudaEventRecord(e1);
-        CHECK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (ms < best) best = ms;
-    }
+    float best;
+    LAB_TIME_BEST(best, iters, gemm_fp8_wgmma<<<grid, 384, smem>>>(ta, tb, sa, sb, C, M, N, K));
     printf("time M=%d N=%d K=%d: best %.1f us, %.0f TFLOP/s\n", M, N, K, best * 1e3, 2.0 * M * N * K / (best * 1e-3) / 1e12);
     cudaFree(A), cudaFree(B), cudaFree(sa), cudaFree(sb), cudaFree(C);
 }

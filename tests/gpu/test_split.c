@@ -283,6 +283,18 @@ static moe_ep_status_t finish(moe_ep_group_t g, cudaStream_t s)
     return async_error(g);
 }
 
+/* Poisons the outputs, runs one forward, waits, and copies the outputs to out
+ * (also after a failure, so a caller can check they stayed poisoned). */
+static moe_ep_status_t poisoned_forward(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t *f, const dbuf_t *d,
+                                        const split_t *sp, int device_nt, cudaStream_t s, uint16_t *out)
+{
+    dev_poison(d, s);
+    moe_ep_status_t st = gpu_forward(l, f, d, sp, device_nt, s);
+    if (!st) st = finish(g, s);
+    dev_read_out(d, out, s);
+    return st;
+}
+
 /* Creates the GPU layer, runs `runs` forwards (host token counts, outputs
  * poisoned before each), checks they agree bit for bit, and returns the
  * outputs [total_tokens][H] in out. */
@@ -533,11 +545,8 @@ static void replay_counts(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t *f
         EXPECT(st == MOE_EP_SUCCESS, "%s: replay T={%d,%d}: %s", label, (int)sp.nt[0], (int)sp.nt[1],
                moe_ep_status_string(st));
         dev_read_out(d, graph_out, s);
-        dev_poison(d, s);
-        st = gpu_forward(l, f, d, &sp, 0, s);
-        if (!st) st = finish(g, s);
+        st = poisoned_forward(g, l, f, d, &sp, 0, s, eager_out);
         EXPECT(st == MOE_EP_SUCCESS, "%s: eager T={%d,%d}: %s", label, (int)sp.nt[0], (int)sp.nt[1], errmsg());
-        dev_read_out(d, eager_out, s);
         cmp_t cm = compare(f, &sp, graph_out, eager_out);
         EXPECT(cm.unwritten == 0 && cm.outside == 0, "%s: replay T={%d,%d}: %lld unwritten, %lld outside",
                label, (int)sp.nt[0], (int)sp.nt[1], (long long)cm.unwritten, (long long)cm.outside);
@@ -556,16 +565,10 @@ static void device_counts_eager(moe_ep_group_t g, moe_ep_layer_t l, const fixtur
     split_t sp = split_strided(2, 0, SMAX);
     sp.nt[0] = 29, sp.nt[1] = SMAX;
     dev_set_counts(d, &sp, s);
-    dev_poison(d, s);
-    moe_ep_status_t st = gpu_forward(l, f, d, &sp, 1, s);
-    if (!st) st = finish(g, s);
+    moe_ep_status_t st = poisoned_forward(g, l, f, d, &sp, 1, s, a);
     EXPECT(st == MOE_EP_SUCCESS, "%s: forward with num_tokens_device: %s", label, errmsg());
-    dev_read_out(d, a, s);
-    dev_poison(d, s);
-    st = gpu_forward(l, f, d, &sp, 0, s);
-    if (!st) st = finish(g, s);
+    st = poisoned_forward(g, l, f, d, &sp, 0, s, b);
     EXPECT(st == MOE_EP_SUCCESS, "%s: forward: %s", label, errmsg());
-    dev_read_out(d, b, s);
     EXPECT(memcmp(a, b, d->out_bytes) == 0, "%s: num_tokens_device differs from num_tokens", label);
     free(a), free(b);
 }
@@ -645,11 +648,8 @@ static void bad_id_sequence(moe_ep_group_t g, moe_ep_layer_t l, const fixture_t 
     /* Reset: works again, same bytes as before. */
     EXPECT(moe_ep_group_reset_async_error(g) == MOE_EP_SUCCESS, "reset: %s", errmsg());
     EXPECT(async_error(g) == MOE_EP_SUCCESS, "id %d: error still reported after reset", (int)bad);
-    dev_poison(d, s);
-    st = gpu_forward(l, f, d, &sp, 0, s);
-    if (!st) st = finish(g, s);
+    st = poisoned_forward(g, l, f, d, &sp, 0, s, out);
     EXPECT(st == MOE_EP_SUCCESS, "id %d: forward after reset: %s", (int)bad, errmsg());
-    dev_read_out(d, out, s);
     EXPECT(memcmp(out, good, d->out_bytes) == 0, "id %d: forward after reset differs", (int)bad);
     free(out), free(ids);
 }
@@ -671,11 +671,8 @@ static void test_bad_ids(uint64_t *rng, cudaStream_t stream)
         EXPECT(st == MOE_EP_SUCCESS, "%s: %s", moe_ep_backend_name(s.backend), errmsg());
         split_t sp = split_strided(2, ST, ST);
         if (!st) {
-            dev_poison(&d, stream);
-            st = gpu_forward(l, &f, &d, &sp, 0, stream);
-            if (!st) st = finish(g, stream);
+            st = poisoned_forward(g, l, &f, &d, &sp, 0, stream, good);
             EXPECT(st == MOE_EP_SUCCESS, "good forward: %s", errmsg());
-            dev_read_out(&d, good, stream);
         }
         if (!st) bad_id_sequence(g, l, &f, &d, good, SE, stream);
         if (!st) bad_id_sequence(g, l, &f, &d, good, -2, stream);

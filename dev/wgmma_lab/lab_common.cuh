@@ -1,0 +1,70 @@
+/* Host helpers shared by the kernel-lab programs in this folder: CUDA error
+ * checks, 2-D TMA tensor maps (128-byte swizzle) and best-of-N event timing. */
+#ifndef MOE_EP_LAB_COMMON_CUH
+#define MOE_EP_LAB_COMMON_CUH
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(x)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            printf("CUDA error %s at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static PFN_cuTensorMapEncodeTiled_v12000 lab_encode_fn(void)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (!fn || q != cudaDriverEntryPointSuccess) {
+        printf("cuTensorMapEncodeTiled not found\n");
+        exit(1);
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+}
+
+/* [rows][cols] elements of elem_bytes each (K-major), boxes of box_rows x box_cols. */
+static CUtensorMap lab_make_map(void *base, CUtensorMapDataType type, int elem_bytes, int rows, int cols,
+                                int box_rows, int box_cols)
+{
+    CUtensorMap m;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * elem_bytes};
+    cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = lab_encode_fn()(&m, type, 2, base, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        printf("tensor map encode failed: %d\n", (int)r);
+        exit(1);
+    }
+    return m;
+}
+
+/* best_ms = the fastest of iters runs of the launch statement (the variadic
+ * arguments, so a <<<grid, block>>> launch with commas fits), timed with events. */
+#define LAB_TIME_BEST(best_ms, iters, ...)                        \
+    do {                                                          \
+        cudaEvent_t e0_, e1_;                                     \
+        CHECK(cudaEventCreate(&e0_));                             \
+        CHECK(cudaEventCreate(&e1_));                             \
+        best_ms = 1e30f;                                          \
+        for (int i_ = 0; i_ < (iters); i_++) {                    \
+            float ms_;                                            \
+            CHECK(cudaEventRecord(e0_));                          \
+            __VA_ARGS__;                                          \
+            CHECK(cudaEventRecord(e1_));                          \
+            CHECK(cudaEventSynchronize(e1_));                     \
+            CHECK(cudaEventElapsedTime(&ms_, e0_, e1_));          \
+            if (ms_ < best_ms) best_ms = ms_;                     \
+        }                                                         \
+        cudaEventDestroy(e0_), cudaEventDestroy(e1_);             \
+    } while (0)
+
+#endif
