@@ -26,13 +26,13 @@ ITEMSIZE = {"bf16": 2, "i32": 4, "f32": 4, "u8": 1}
 
 class View:
     """ptr (int or None when empty), shape (tuple), kind, device (-1 = host,
-    else the CUDA index), flavor ("torch", "numpy", "buffer"); obj keeps the
-    memory alive while the view is in use."""
-    __slots__ = ("ptr", "shape", "kind", "device", "flavor", "obj")
+    else the CUDA index), flavor ("torch", "numpy", "buffer"), readonly; obj
+    keeps the memory alive while the view is in use."""
+    __slots__ = ("ptr", "shape", "kind", "device", "flavor", "obj", "readonly")
 
-    def __init__(self, ptr, shape, kind, device, flavor, obj):
+    def __init__(self, ptr, shape, kind, device, flavor, obj, readonly=False):
         self.ptr, self.shape, self.kind, self.device = ptr or None, tuple(shape), kind, device
-        self.flavor, self.obj = flavor, obj
+        self.flavor, self.obj, self.readonly = flavor, obj, readonly
 
 
 def _is_torch(x):
@@ -71,7 +71,7 @@ def view(x, name):
             raise TypeError(f"{name}: unsupported element type {ai['typestr']}")
         if not _contiguous(ai["shape"], ai.get("strides"), int(ai["typestr"][2:])):
             raise ValueError(f"{name}: array is not C-contiguous")
-        return View(ai["data"][0], ai["shape"], kind, -1, "numpy", x)
+        return View(ai["data"][0], ai["shape"], kind, -1, "numpy", x, ai["data"][1])
     try:
         mv = memoryview(x)
     except TypeError:
@@ -82,10 +82,13 @@ def view(x, name):
         raise TypeError(f"{name}: unsupported buffer format {mv.format!r}")
     if not mv.c_contiguous:
         raise ValueError(f"{name}: buffer is not C-contiguous")
-    if mv.readonly:  # ctypes needs a writable buffer; inputs only, so copy
-        mv = memoryview(bytearray(mv.tobytes())).cast(mv.format.lstrip("@=<"), mv.shape or None)
-    ptr = ctypes.addressof((ctypes.c_char * mv.nbytes).from_buffer(mv)) if mv.nbytes else None
-    return View(ptr, mv.shape, kind, -1, "buffer", mv)
+    if not mv.nbytes:
+        return View(None, mv.shape, kind, -1, "buffer", mv)
+    readonly = mv.readonly
+    if readonly:  # ctypes takes the address of writable buffers only: copy (outputs refuse it)
+        mv = memoryview(bytearray(mv.tobytes())).cast(mv.format.lstrip("@=<"), mv.shape)
+    ptr = ctypes.addressof((ctypes.c_char * mv.nbytes).from_buffer(mv))
+    return View(ptr, mv.shape, kind, -1, "buffer", mv, readonly)
 
 
 def expect(v, name, shape, kind, device):

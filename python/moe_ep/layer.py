@@ -240,6 +240,8 @@ class MoEEpLayer:
                 outs[r] = empty_like(vx, (T, H), "bf16")
             vo = expect(view(outs[r], "out" + at), "out" + at, (T, H), "bf16", self.device) \
                 if need_out else None
+            if vo is not None and vo.readonly:
+                raise ValueError(f"out{at}: read-only array")
             keep.append((vx, vi, vw, vo))
             tokens.append(T)
         arr = lambda i: (c_void_p * R)(*(k[i].ptr for k in keep))
