@@ -149,6 +149,39 @@ MOE_EP_API moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group,
                                                         moe_ep_status_t *status);
 MOE_EP_API moe_ep_status_t moe_ep_group_reset_async_error(moe_ep_group_t group);
 
+/* NCCL groups: one rank per process and GPU (local_ranks 1, first_rank = rank),
+ * split backend, world size 1..64. Only in builds with NCCL (>= 2.28); else
+ * these return MOE_EP_ERROR_UNSUPPORTED. On an NCCL group these calls are
+ * collective (every rank makes them, in the same order, on the same layers):
+ * group creation and destruction, layer creation and destruction, forward.
+ * Every rank must pass the same layer configuration; a difference fails layer
+ * creation on every rank with MOE_EP_ERROR_INVALID_ARGUMENT. A rank that does
+ * not reach a collective makes the others fail after timeout_seconds with
+ * MOE_EP_ERROR_TIMEOUT (moe_ep_group_get_async_error after a forward); the
+ * group's communicator is then aborted: destroy the group and make a new one.
+ * Group creation itself waits for every rank as ncclCommInitRank does.
+ * Design and memory: docs/design.md, "Communication across GPUs". */
+#define MOE_EP_UNIQUE_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+typedef struct moe_ep_unique_id {
+    char internal[MOE_EP_UNIQUE_ID_BYTES];
+} moe_ep_unique_id_t;
+
+/* A new id on one rank (it opens NCCL's bootstrap socket); pass its bytes to
+ * every rank (a file, a socket, MPI) for moe_ep_group_create_from_id. */
+MOE_EP_API moe_ep_status_t moe_ep_get_unique_id(moe_ep_unique_id_t *id);
+/* Creates an NCCL communicator of world_size ranks (rank of this process) on
+ * CUDA device `device`, owned by the group. */
+MOE_EP_API moe_ep_status_t moe_ep_group_create_from_id(const moe_ep_unique_id_t *id, int world_size,
+                                                       int rank, int device,
+                                                       moe_ep_group_t *group);
+/* From a communicator the caller owns (an ncclComm_t, on CUDA device `device`):
+ * the group splits a private communicator from it (ncclCommSplit, collective),
+ * so moe_ep never uses or aborts the caller's; the caller may destroy its
+ * communicator at any time after this call. */
+struct ncclComm;
+MOE_EP_API moe_ep_status_t moe_ep_group_create_nccl(struct ncclComm *comm, int device,
+                                                    moe_ep_group_t *group);
+
 /* ------------------------------------------------------------------------- */
 /* Layers                                                                     */
 

@@ -1,4 +1,6 @@
-/* EP groups. The emulated group drives all R ranks from this process. */
+/* EP groups. The emulated group drives all R ranks from this process; NCCL
+ * groups (one rank per process) are made in src/comm/group_nccl.c. */
+#include "comm/comm.h"
 #include "core/objects.h"
 #include "kernels/split_kernels.h"
 
@@ -60,6 +62,7 @@ moe_ep_status_t moe_ep_group_create_emulated(int world_size, int device, moe_ep_
 moe_ep_status_t moe_ep_group_destroy(moe_ep_group_t group)
 {
     moe_ep_clear_error();
+    if (group) moe_ep_comm_destroy(group);
     if (group) moe_ep_group_device_fini(group);
     free(group);
     return MOE_EP_SUCCESS;

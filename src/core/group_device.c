@@ -1,5 +1,6 @@
 /* The device side of a group: the error word kernels write, and the queries
  * that read it without synchronizing. Stubs without CUDA. */
+#include "comm/comm.h"
 #include "core/objects.h"
 #include "kernels/split_kernels.h"
 
@@ -76,8 +77,19 @@ moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group, moe_ep_status
     else if (kind == MOE_EP_DEVERR_BAD_TOKENS)
         *status = MOE_EP_FAIL(MOE_EP_ERROR_INVALID_ARGUMENT,
                               "device: num_tokens_device[%u] outside [0, max_tokens_per_rank]", detail);
+    else if (kind == MOE_EP_DEVERR_TIMEOUT && detail >= MOE_EP_WAIT_NCCL_TOKENS && detail <= MOE_EP_WAIT_NCCL_HOST)
+        *status = MOE_EP_FAIL(MOE_EP_ERROR_TIMEOUT,
+                              "NCCL %s did not complete within timeout_seconds (a rank did not take "
+                              "part): the communicator was aborted; destroy the group",
+                              detail == MOE_EP_WAIT_NCCL_TOKENS    ? "token exchange of a forward"
+                              : detail == MOE_EP_WAIT_NCCL_OUTPUTS ? "output exchange of a forward"
+                                                                   : "host-side collective");
     else if (kind == MOE_EP_DEVERR_TIMEOUT)
         *status = MOE_EP_FAIL(MOE_EP_ERROR_TIMEOUT, "device: wait %u timed out", detail);
+    else if (kind == MOE_EP_DEVERR_PEER)
+        *status = MOE_EP_FAIL(MOE_EP_ERROR_INVALID_ARGUMENT,
+                              "rank %u reported an error in a forward (its moe_ep_group_get_async_error "
+                              "says which); this rank skipped it too", detail);
     else if (w != 0)
         *status = MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "device error word 0x%08x", w);
     return MOE_EP_SUCCESS;

@@ -15,6 +15,9 @@ struct moe_ep_group_s {
     uint32_t *error_dev;         /* device memory, written by kernels */
     volatile uint32_t *error_host; /* host-mapped copy, read without a sync */
     uint32_t *error_mapped_dev;  /* the device's address of error_host */
+    /* NCCL groups: communicator, watchdog, symmetric heaps (src/comm/comm.h);
+     * NULL for emulated groups. */
+    struct moe_ep_comm *comm;
 };
 
 /* Bytes of one expert's weights in the path's weight format (host layout,

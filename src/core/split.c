@@ -8,6 +8,8 @@
 
 #include "core/knobs.h"
 
+#include "comm/comm.h"
+
 #include "kernels/split_kernels.h"
 
 #include <stdlib.h>
@@ -28,6 +30,7 @@ struct moe_ep_split_state {
     size_t staging_bytes;
     float *scratch;   /* weight preprocessing scratch */
     int forwarded;    /* a forward has run (for moe_ep_split_expert_stage) */
+    moe_ep_xchg_t *xchg; /* NCCL groups: the token and output exchanges */
 };
 
 typedef struct {
@@ -87,10 +90,21 @@ static moe_ep_status_t cuda_fail(cudaError_t e, const char *what)
                        "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* Device bytes of a split layer on an NCCL group: rows for the tokens of every
+ * rank (the worst case of routing), the local experts' weights, exchanges. */
+size_t moe_ep_comm_layer_device_bytes(moe_ep_group_t g, const moe_ep_layer_config_t *c)
+{
+    if (!g->comm) return 0;
+    alloc_plan_t p = plan_allocs(c, g->world_size, c->num_experts / g->world_size);
+    size_t total = moe_ep_xchg_device_bytes(c, g->world_size);
+    for (int i = 0; i < p.n; i++) total += p.bytes[i];
+    return total;
+}
+
 static void fill_dims(moe_ep_layer_t l, moe_ep_split_dims_t *d)
 {
     const moe_ep_layer_config_t *c = &l->cfg;
-    d->R = l->group->local_ranks, d->E = l->num_local_experts, d->K = c->top_k;
+    d->R = moe_ep_comm_source_ranks(l->group), d->E = l->num_local_experts, d->K = c->top_k;
     d->H = c->hidden, d->I = c->intermediate, d->T_max = c->max_tokens_per_rank;
     d->first_expert = l->first_expert, d->num_experts_global = c->num_experts;
     d->path = c->path, d->wire = c->wire, d->swiglu_limit = c->swiglu_limit;
@@ -109,7 +123,7 @@ moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
     cudaError_t e = cudaSetDevice(l->group->device);
     if (e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
     fill_dims(l, &s->dims);
-    alloc_plan_t p = plan_allocs(&l->cfg, l->group->local_ranks, l->num_local_experts);
+    alloc_plan_t p = plan_allocs(&l->cfg, moe_ep_comm_source_ranks(l->group), l->num_local_experts);
     for (int i = 0; i < p.n; i++) {
         e = cudaMalloc(&s->allocs[i], p.bytes[i]);
         if (e != cudaSuccess) return cuda_fail(e, "split backend buffers");
@@ -124,6 +138,7 @@ moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
     b->y = a[16], b->y_scales = a[17];
     s->staging = a[18], s->staging_bytes = p.bytes[18], s->scratch = a[19];
     b->error = l->group->error_dev, b->error_mapped = l->group->error_mapped_dev;
+    if (l->group->comm) return moe_ep_xchg_create(l->group, &l->cfg, &s->xchg);
     return MOE_EP_SUCCESS;
 }
 
@@ -132,6 +147,7 @@ void moe_ep_split_destroy(moe_ep_layer_t l)
     struct moe_ep_split_state *s = l->split;
     if (!s) return;
     cudaSetDevice(l->group->device);
+    moe_ep_xchg_destroy(l->group, s->xchg);
     for (int i = 0; i < s->num_allocs; i++) cudaFree(s->allocs[i]);
     free(s);
     l->split = NULL;
@@ -297,6 +313,31 @@ static moe_ep_status_t autotune(moe_ep_layer_t l, const moe_ep_split_io_t *io, m
     return tune_bucket(l, io, stream, tokens, cand, n);
 }
 
+/* NCCL group: this rank's tokens go to every rank, each runs the emulated
+ * group's plan, dispatch and expert stage on the rows of its own experts
+ * (from every source rank), the output rows go back, and each rank combines
+ * its tokens. Knobs are not autotuned here (tuning would be collective). */
+static moe_ep_status_t nccl_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
+                                    moe_ep_stream_t stream, int capture)
+{
+    struct moe_ep_split_state *s = l->split;
+    moe_ep_split_io_t io;
+    int tokens;
+    int64_t rows;
+    moe_ep_knobs_t k;
+    MOE_EP_CHECK(moe_ep_knobs_forward_shape(l, args, &tokens, &rows));
+    MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
+    set_knobs(s, &k);
+    MOE_EP_CHECK(moe_ep_xchg_tokens(l->group, s->xchg, &s->bufs, args, &io, stream));
+    MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, &io, stream));
+    MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, &io, stream));
+    MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, stream));
+    MOE_EP_CHECK(moe_ep_xchg_outputs(l->group, s->xchg, &s->dims, &s->bufs, args, stream));
+    MOE_EP_CHECK(moe_ep_launch_publish_error(&s->bufs, stream));
+    s->forwarded = 1;
+    return MOE_EP_SUCCESS;
+}
+
 moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
                                      moe_ep_stream_t stream)
 {
@@ -310,6 +351,7 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args
     int tokens, capture = capturing((cudaStream_t)stream);
     int64_t rows;
     moe_ep_knobs_t k;
+    if (s->xchg) return nccl_forward(l, args, stream, capture);
     MOE_EP_CHECK(moe_ep_knobs_forward_shape(l, args, &tokens, &rows));
     if (!capture) MOE_EP_CHECK(autotune(l, &io, stream, tokens, rows));
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
@@ -332,6 +374,12 @@ moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t l, moe_ep_stream_t stre
 }
 
 #else /* no CUDA: every entry point says so */
+
+size_t moe_ep_comm_layer_device_bytes(moe_ep_group_t g, const moe_ep_layer_config_t *c)
+{
+    (void)g, (void)c;
+    return 0;
+}
 
 size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *c, int world_size, int local_experts)
 {
