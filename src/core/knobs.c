@@ -49,7 +49,8 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 
 /* GEMM tile rows for this forward: 16 when experts get few rows on average
  * (decode batches: less tensor work on padding); 128 (the TMA + wgmma kernel)
- * for bf16 when they get many; 64 otherwise. The choice never changes results:
+ * for bf16 when they get many, except on the mega backend (no wgmma tile
+ * there yet); 64 otherwise (the mega kernel runs 32 for it). The choice never changes results:
  * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
  * each element over K in the same order with the same bits. With device-side
  * token counts the host bound max_tokens_per_rank is used. GEMM CTAs per SM:
@@ -58,7 +59,8 @@ static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     int64_t experts = l->num_local_experts;
     if (rows <= 24 * experts) return make_knobs(16, 0);
-    if (l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && rows >= 128 * experts)
+    if (l->cfg.backend != MOE_EP_BACKEND_MEGA && l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 &&
+        rows >= 128 * experts)
         return make_knobs(128, 0);
     return make_knobs(64, 0);
 }

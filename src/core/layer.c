@@ -1,6 +1,8 @@
 /* Layer objects: configuration checks, memory needs, weight loading and the
  * forward call, each handed to the backend after its arguments are checked. */
+#include "comm/comm.h"
 #include "core/knobs.h"
+#include "core/mega.h"
 #include "core/objects.h"
 #include "core/split.h"
 #include "reference/reference.h"
@@ -73,9 +75,17 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
     MOE_EP_REQUIRE(isfinite(c->timeout_seconds) && c->timeout_seconds >= 0.0,
                    "timeout_seconds %g", c->timeout_seconds);
     MOE_EP_CHECK(moe_ep_knobs_check_config(c));
-    if (c->backend == MOE_EP_BACKEND_MEGA)
-        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the mega backend is not built yet");
-    if (c->backend == MOE_EP_BACKEND_SPLIT) {
+    if (c->backend == MOE_EP_BACKEND_MEGA) {
+        if (!group->emulated && group->world_size > 1)
+            return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
+                               "mega backend: NCCL groups of more than one rank are not built yet "
+                               "(the split backend runs them)");
+        MOE_EP_REQUIRE(c->hidden % 256 == 0, "mega backend: hidden %d must be a multiple of 256",
+                       c->hidden);
+        MOE_EP_REQUIRE(c->num_experts / group->world_size * group->local_ranks <= 1024,
+                       "mega backend: at most 1024 experts on one GPU");
+    }
+    if (c->backend != MOE_EP_BACKEND_REFERENCE) { /* split and mega: the split backend's buffers */
         /* Row ids and TMA coordinates are int32; the dispatch kernel stages a token
          * (H fp32) in shared memory. */
         int64_t rows = (int64_t)group->local_ranks * c->max_tokens_per_rank * c->top_k;
@@ -85,11 +95,13 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
         MOE_EP_REQUIRE(c->hidden <= MOE_EP_SPLIT_MAX_HIDDEN, "split backend: hidden %d > %d",
                        c->hidden, MOE_EP_SPLIT_MAX_HIDDEN);
 #ifndef MOE_EP_HAVE_CUDA
-        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the %s backend needs a CUDA build",
+                           moe_ep_backend_name(c->backend));
 #endif
         if (group->device < 0)
             return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
-                               "the split backend needs a group on a GPU (device >= 0)");
+                               "the %s backend needs a group on a GPU (device >= 0)",
+                               moe_ep_backend_name(c->backend));
     }
     return MOE_EP_SUCCESS;
 }
@@ -107,7 +119,13 @@ moe_ep_status_t moe_ep_layer_memory_size(moe_ep_group_t group, const moe_ep_laye
     MOE_EP_REQUIRE(device_bytes != NULL || host_bytes != NULL, "both outputs are NULL");
     int n = local_experts(group, config);
     int ref = config->backend == MOE_EP_BACKEND_REFERENCE;
-    if (device_bytes) *device_bytes = ref ? 0 : moe_ep_split_device_bytes(config, group->world_size, n);
+    if (device_bytes && !ref && !group->emulated && config->backend == MOE_EP_BACKEND_SPLIT)
+        *device_bytes = moe_ep_comm_layer_device_bytes(group, config);
+    else if (device_bytes)
+        *device_bytes = ref ? 0
+                        : config->backend == MOE_EP_BACKEND_MEGA
+                            ? moe_ep_mega_device_bytes(config, group->world_size, n, group->local_ranks)
+                            : moe_ep_split_device_bytes(config, group->world_size, n);
     if (host_bytes) *host_bytes = ref ? moe_ep_ref_host_bytes(config, n) : 0;
     return MOE_EP_SUCCESS;
 }
@@ -117,6 +135,8 @@ moe_ep_status_t moe_ep_layer_create(moe_ep_group_t group, const moe_ep_layer_con
 {
     moe_ep_clear_error();
     MOE_EP_REQUIRE(layer != NULL, "layer is NULL");
+    /* Collective on NCCL groups: before any local check that could return early. */
+    MOE_EP_CHECK(moe_ep_group_check_config(group, config));
     MOE_EP_CHECK(check_config(group, config));
     struct moe_ep_layer_s *l = calloc(1, sizeof *l);
     if (!l) return MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "layer");
@@ -132,6 +152,7 @@ moe_ep_status_t moe_ep_layer_create(moe_ep_group_t group, const moe_ep_layer_con
     l->loaded = calloc((size_t)l->num_local_experts, 1);
     moe_ep_status_t st = !l->loaded ? MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "loaded flags")
                          : config->backend == MOE_EP_BACKEND_REFERENCE ? moe_ep_ref_create(l)
+                         : config->backend == MOE_EP_BACKEND_MEGA      ? moe_ep_mega_create(l)
                                                                        : moe_ep_split_create(l);
     if (st != MOE_EP_SUCCESS) {
         moe_ep_layer_destroy(l);
@@ -145,6 +166,7 @@ moe_ep_status_t moe_ep_layer_destroy(moe_ep_layer_t layer)
 {
     if (!layer) return MOE_EP_SUCCESS;
     moe_ep_ref_destroy(layer);
+    moe_ep_mega_destroy(layer);
     moe_ep_split_destroy(layer);
     free(layer->loaded);
     free(layer);
@@ -255,6 +277,7 @@ moe_ep_status_t moe_ep_layer_forward(moe_ep_layer_t layer, const moe_ep_forward_
     MOE_EP_REQUIRE(layer != NULL, "layer is NULL");
     MOE_EP_CHECK(check_forward(layer, args, 1));
     if (layer->cfg.backend == MOE_EP_BACKEND_REFERENCE) return moe_ep_ref_forward(layer, args);
+    if (layer->cfg.backend == MOE_EP_BACKEND_MEGA) return moe_ep_mega_forward(layer, args, stream);
     return moe_ep_split_forward(layer, args, stream);
 }
 

@@ -29,6 +29,7 @@ typedef struct moe_ep_expert_bytes {
 
 struct moe_ep_ref_state;
 struct moe_ep_split_state;
+struct moe_ep_mega_state;
 
 /* Token buckets of the knob tables: 2^0 .. 2^20 (max_tokens_per_rank <= 2^20). */
 #define MOE_EP_KNOB_BUCKETS 21
@@ -59,6 +60,7 @@ struct moe_ep_layer_s {
     moe_ep_knob_key_t knob_key;       /* this layer's key in the cache file */
     moe_ep_knob_slot_t knob_slots[MOE_EP_KNOB_BUCKETS];
     struct moe_ep_split_state *split; /* split backend state */
+    struct moe_ep_mega_state *mega;   /* mega backend state (runs on the split state's buffers) */
 };
 
 /* Device side of a group (group_device.c). */

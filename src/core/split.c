@@ -65,9 +65,9 @@ static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks,
     b[p.n++] = sizeof(int32_t) * (size_t)rows;                                            /* slot_pos */
     b[p.n++] = sizeof(int32_t) * (size_t)rows;                                            /* row_of_slot */
     b[p.n++] = (size_t)(rows * moe_ep_row_data_bytes(af, H)) + 16;                        /* xq */
-    b[p.n++] = (size_t)(rows * (fp8s ? H / 128 * 4 : moe_ep_row_scale_bytes(af, H))) + 16;
+    b[p.n++] = (size_t)(rows * moe_ep_act_scale_stride(af, H)) + 16;
     b[p.n++] = (size_t)(rows * moe_ep_row_data_bytes(af, I)) + 16;                        /* aq */
-    b[p.n++] = (size_t)(rows * (fp8s ? I / 128 * 4 : moe_ep_row_scale_bytes(af, I))) + 16;
+    b[p.n++] = (size_t)(rows * moe_ep_act_scale_stride(af, I)) + 16;
     b[p.n++] = (size_t)(rows * moe_ep_row_data_bytes(yf, H)) + 16;                        /* y */
     b[p.n++] = (size_t)(rows * moe_ep_row_scale_bytes(yf, H)) + 16;
     b[p.n++] = (size_t)(3 * H * I * 2 + 3 * H * I / 32 + 64);                             /* staging */
@@ -365,6 +365,21 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args
     return MOE_EP_SUCCESS;
 }
 
+moe_ep_status_t moe_ep_split_kernel_view(moe_ep_layer_t l, const moe_ep_forward_args_t *args,
+                                         moe_ep_split_dims_t *dims, moe_ep_split_bufs_t *bufs,
+                                         moe_ep_split_io_t *io)
+{
+    struct moe_ep_split_state *s = l->split;
+    MOE_EP_REQUIRE(s != NULL, "the layer has no GPU buffers");
+    s->dims.fc1_scale = l->cfg.fc1_input_scale > 0 ? l->cfg.fc1_input_scale : 1.0f;
+    s->dims.fc2_scale = l->cfg.fc2_input_scale > 0 ? l->cfg.fc2_input_scale : 1.0f;
+    *dims = s->dims, *bufs = s->bufs;
+    if (args) fill_io(l, args, io);
+    return MOE_EP_SUCCESS;
+}
+
+int moe_ep_stream_capturing(moe_ep_stream_t stream) { return capturing((cudaStream_t)stream); }
+
 moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t l, moe_ep_stream_t stream)
 {
     MOE_EP_REQUIRE(l != NULL && l->split != NULL && l->split->forwarded,
@@ -405,6 +420,19 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args
 {
     (void)l, (void)a, (void)s;
     return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "the split backend needs a CUDA build");
+}
+
+moe_ep_status_t moe_ep_split_kernel_view(moe_ep_layer_t l, const moe_ep_forward_args_t *a,
+                                         moe_ep_split_dims_t *d, moe_ep_split_bufs_t *b, moe_ep_split_io_t *io)
+{
+    (void)l, (void)a, (void)d, (void)b, (void)io;
+    return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "GPU backends need a CUDA build");
+}
+
+int moe_ep_stream_capturing(moe_ep_stream_t s)
+{
+    (void)s;
+    return 0;
 }
 
 moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t l, moe_ep_stream_t s)

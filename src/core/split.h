@@ -4,6 +4,7 @@
 #define MOE_EP_SPLIT_H
 
 #include "core/objects.h"
+#include "kernels/split_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,6 +24,15 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t layer, const moe_ep_forward_
 /* For `moe_ep bench`: enqueue only the expert stage (GEMM1 + SwiGLU + requant +
  * GEMM2 + wire) on the rows dispatched by the last forward. */
 moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t layer, moe_ep_stream_t stream);
+
+/* The kernels' view of the layer (the mega backend runs on the split
+ * backend's buffers): dims and buffers, and the io of a forward (args may be
+ * NULL: io untouched). */
+moe_ep_status_t moe_ep_split_kernel_view(moe_ep_layer_t layer, const moe_ep_forward_args_t *args,
+                                         moe_ep_split_dims_t *dims, moe_ep_split_bufs_t *bufs,
+                                         moe_ep_split_io_t *io);
+/* Work enqueued on the stream is being captured (a failed query counts as yes). */
+int moe_ep_stream_capturing(moe_ep_stream_t stream);
 
 #ifdef __cplusplus
 }

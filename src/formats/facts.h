@@ -38,6 +38,13 @@ MOE_EP_HD int64_t moe_ep_row_scale_bytes(moe_ep_format_t f, int64_t n)
     return f == MOE_EP_FORMAT_BF16 ? 0 : n / moe_ep_format_block(f) * moe_ep_format_scale_bytes(f);
 }
 
+/* Scale bytes per activation row in the GPU row buffers (xq, aq): padded to a
+ * multiple of 16 so that GEMM tiles read them as aligned 16-byte L2 copies. */
+MOE_EP_HD int64_t moe_ep_act_scale_stride(moe_ep_format_t f, int64_t n)
+{
+    return (moe_ep_row_scale_bytes(f, n) + 15) / 16 * 16;
+}
+
 /* The same for a [rows][cols] matrix with row-wise blocks. */
 MOE_EP_HD int64_t moe_ep_format_data_bytes(moe_ep_format_t f, int64_t rows, int64_t cols)
 {

@@ -1,17 +1,7 @@
 /* Combine + reduce: one block per (rank, token); out_t = bf16 of the sum over
  * slots k = 0..K-1, in that order, of fmaf(w[t,k], y_tk, acc), y_tk decoded
  * from the wire format (the rounding points of docs/formats.md). */
-#include "kernels/gpu_common.cuh"
-
-__device__ __forceinline__ float wire_value(moe_ep_wire_t wire, const moe_ep_split_bufs_t &b,
-                                            int64_t H, int64_t row, int64_t h)
-{
-    if (wire == MOE_EP_WIRE_BF16) return moe_ep_bf16_to_f32(((const uint16_t *)b.y)[row * H + h]);
-    if (wire == MOE_EP_WIRE_MXFP8)
-        return moe_ep_mx8_value(b.y[row * H + h], b.y_scales[row * (H / 32) + h / 32]);
-    uint8_t q = (uint8_t)((b.y[row * (H / 2) + h / 2] >> (4 * (h & 1))) & 15u);
-    return moe_ep_fp4_wire_value(q, ((const uint16_t *)b.y_scales)[row * (H / 16) + h / 16]);
-}
+#include "kernels/rows.cuh"
 
 __global__ void combine_tokens(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_split_io_t io)
 {
@@ -21,12 +11,7 @@ __global__ void combine_tokens(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe
     const int32_t *rows = b.row_of_slot + ((int64_t)r * d.T_max + t) * d.K;
     const float *w = io.weights[r] + (int64_t)t * d.K;
     uint16_t *out = io.out[r] + (int64_t)t * d.H;
-    for (int h = threadIdx.x; h < d.H; h += blockDim.x) {
-        float acc = 0.0f;
-        for (int k = 0; k < d.K; k++)
-            if (rows[k] >= 0) acc = fmaf(w[k], wire_value(d.wire, b, d.H, rows[k], h), acc);
-        out[h] = moe_ep_bf16_from_f32(acc);
-    }
+    combine_row(d.wire, b, d.H, d.K, rows, w, out, threadIdx.x, blockDim.x);
 }
 
 __global__ void publish_error(moe_ep_split_bufs_t b)

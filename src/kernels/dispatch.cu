@@ -2,27 +2,7 @@
  * once into the path's activation format and written to each of its rows
  * (one per used slot); in an emulated group that write is the device copy
  * from the token's rank into the expert owner's receive rows. */
-#include "kernels/gpu_common.cuh"
-
-/* Encodes one block of the activation format from n fp32 values and writes
- * it at element offset c of row `row` of (data, scales). */
-__device__ __forceinline__ void store_block(moe_ep_format_t f, const float *v, int64_t n, int64_t c,
-                                            float S, uint8_t *data, uint8_t *scales, int64_t row)
-{
-    uint8_t *d = data + row * moe_ep_row_data_bytes(f, n);
-    uint8_t *s = scales + row * moe_ep_row_scale_bytes(f, n);
-    if (f == MOE_EP_FORMAT_BF16) {
-        ((uint32_t *)(d + 2 * c))[0] = moe_ep_pack_bf16x2(v[0], v[1]);
-    } else if (f == MOE_EP_FORMAT_MXFP8) {
-        s[c / 32] = moe_ep_mxfp8_block_encode(v, d + c);
-    } else if (f == MOE_EP_FORMAT_FP8_BLOCK) {
-        ((float *)s)[c / 128] = moe_ep_fp8_block_encode(v, d + c);
-    } else { /* NVFP4 */
-        uint8_t q[16];
-        s[c / 16] = moe_ep_nvfp4_block_encode(v, S, q);
-        for (int i = 0; i < 8; i++) d[c / 2 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
-    }
-}
+#include "kernels/rows.cuh"
 
 __global__ void dispatch_tokens(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_split_io_t io)
 {

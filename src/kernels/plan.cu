@@ -5,7 +5,7 @@
  *                with an atomic (the order is free: results are position
  *                independent);
  *   plan_scan    expert row offsets and GEMM tile offsets (one block). */
-#include "kernels/gpu_common.cuh"
+#include "kernels/plan_scan.cuh"
 
 __global__ void plan_begin(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_split_io_t io)
 {
@@ -41,41 +41,11 @@ __global__ void plan_count(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe_ep_
     b.slot_pos[s] = pos;
 }
 
-/* One block: exclusive scans of counts (rows) and of ceil(count / tile_rows) (tiles). */
+/* One block: expert row offsets and tile offsets (plan_scan.cuh). */
 __global__ void plan_scan(moe_ep_split_dims_t d, moe_ep_split_bufs_t b)
 {
-    __shared__ int32_t warp_rows[32], warp_tiles[32];
-    __shared__ int32_t carry_rows, carry_tiles;
     if (moe_ep_dev_failed(b.error)) return;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    if (threadIdx.x == 0) carry_rows = carry_tiles = 0;
-    __syncthreads();
-    for (int base = 0; base < d.E; base += blockDim.x) {
-        int e = base + threadIdx.x;
-        int32_t rows = e < d.E ? b.expert_count[e] : 0;
-        int32_t tiles = (rows + d.tile_rows - 1) / d.tile_rows;
-        int32_t sr = rows, st = tiles; /* inclusive warp scans */
-        for (int o = 1; o < 32; o <<= 1) {
-            int32_t a = __shfl_up_sync(0xFFFFFFFFu, sr, o), c = __shfl_up_sync(0xFFFFFFFFu, st, o);
-            if (lane >= o) sr += a, st += c;
-        }
-        if (lane == 31) warp_rows[warp] = sr, warp_tiles[warp] = st;
-        __syncthreads();
-        int32_t pr = 0, pt = 0;
-        for (int w = 0; w < warp; w++) pr += warp_rows[w], pt += warp_tiles[w];
-        if (e < d.E) {
-            b.expert_offset[e] = carry_rows + pr + sr - rows;
-            b.tile_offset[e] = carry_tiles + pt + st - tiles;
-        }
-        __syncthreads();
-        if (threadIdx.x == blockDim.x - 1) {
-            int32_t tr = 0, tt = 0;
-            for (int w = 0; w < nwarps; w++) tr += warp_rows[w], tt += warp_tiles[w];
-            carry_rows += tr, carry_tiles += tt;
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) b.expert_offset[d.E] = carry_rows, b.tile_offset[d.E] = carry_tiles;
+    moe_ep_scan_experts(b.expert_count, d.E, d.tile_rows, b.expert_offset, b.tile_offset);
 }
 
 extern "C" moe_ep_status_t moe_ep_launch_plan(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,

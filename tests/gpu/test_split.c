@@ -2,12 +2,16 @@
  * routing corner cases, token counts, EP-size bit-exactness, CUDA graph replay
  * with device-side token counts, device-side expert id errors, kernel knobs
  * (explicit and autotuned) never changing results, and a larger layer. Fresh random inputs each run (MOE_EP_TEST_SEED replays one);
- * MOE_EP_TEST_BACKENDS="split,mega" picks the GPU backends (default: split).
+ * MOE_EP_TEST_BACKENDS="split,mega" picks the GPU backends (default: split);
+ * with several, each case also checks that they give the same bytes, and with
+ * mega a forced timeout (one rank's tokens never arrive) must come back as
+ * MOE_EP_ERROR_TIMEOUT, after which the layer works again.
  * Exits 77 (skipped) when no CUDA device is usable. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv */
 #include "layer_fixture.h"
 #include "test_util.h"
 
+#include "core/mega.h"
 #include "formats/codec.h"
 
 #include <cuda_runtime_api.h>
@@ -102,11 +106,12 @@ typedef struct {
     float s1, s2; /* NVFP4 fc1/fc2 input scales */
     const moe_ep_knobs_t *knobs;
     int autotune;
+    double timeout_seconds;
 } spec_t;
 
 static spec_t make_spec(moe_ep_path_t path, moe_ep_wire_t wire, int R, int max_tokens)
 {
-    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f, NULL, 0};
+    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f, NULL, 0, 0.0};
     return s;
 }
 
@@ -127,7 +132,7 @@ static moe_ep_status_t make_layer_from(const fixture_t *f, const spec_t *s, cuda
     c.max_tokens_per_rank = s->max_tokens, c.swiglu_limit = f->swiglu_limit;
     c.path = s->path, c.wire = s->wire, c.backend = s->backend;
     if (s->path == MOE_EP_PATH_NVFP4) c.fc1_input_scale = s->s1, c.fc2_input_scale = s->s2;
-    c.knobs = s->knobs, c.autotune = s->autotune;
+    c.knobs = s->knobs, c.autotune = s->autotune, c.timeout_seconds = s->timeout_seconds;
     if (!st) st = moe_ep_layer_create(*g, &c, l);
     moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
     w.first_expert = 0, w.num_experts = f->E;
@@ -383,7 +388,7 @@ static void check_case(const char *name, const fixture_t *f, const split_t *sp,
 static void versus_reference(const char *name, const fixture_t *f, spec_t s, const split_t *sp,
                              const dbuf_t *d, cudaStream_t stream)
 {
-    uint16_t *want = xmalloc(d->out_bytes), *got = xmalloc(d->out_bytes);
+    uint16_t *want = xmalloc(d->out_bytes), *got = xmalloc(d->out_bytes), *first = xmalloc(d->out_bytes);
     memset(want, 0xFF, d->out_bytes);
     nvfp4_scales(f, &s);
     moe_ep_status_t st = ref_forward(f, &s, sp, want);
@@ -397,8 +402,12 @@ static void versus_reference(const char *name, const fixture_t *f, spec_t s, con
         moe_ep_status_t gs = gpu_run(f, &s, sp, d, stream, 1, got);
         EXPECT(gs == MOE_EP_SUCCESS, "%s: %s (%s)", label, moe_ep_status_string(gs), errmsg());
         if (gs == MOE_EP_SUCCESS) check_case(label, f, sp, got, want, tolerance(s.path, s.wire));
+        if (b == 0) memcpy(first, got, d->out_bytes);
+        else /* every GPU backend has the same rounding points: the same bytes */
+            EXPECT(memcmp(first, got, d->out_bytes) == 0, "%s: bytes differ from the %s backend's", label,
+                   moe_ep_backend_name(backends[0]));
     }
-    free(want), free(got);
+    free(want), free(got), free(first);
 }
 
 /* ---- cases ---------------------------------------------------------------- */
@@ -862,6 +871,48 @@ static void test_large(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* Mega: rank 1's tokens never arrive; the forward must end (not hang) with
+ * MOE_EP_ERROR_TIMEOUT naming the wait, and after a reset the layer gives the
+ * split backend's bytes again. */
+static void test_timeout(uint64_t *rng, cudaStream_t stream)
+{
+    int has_mega = 0;
+    for (int b = 0; b < num_backends; b++) has_mega |= backends[b] == MOE_EP_BACKEND_MEGA;
+    if (!has_mega) return;
+    printf("mega: forced timeout (rank 1 never arrives, timeout 0.2 s)\n");
+    fixture_t f;
+    fixture_init(&f, SE, SK, SH, SI, 2 * ST, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    split_t sp = split_strided(2, ST, ST);
+    uint16_t *want = xmalloc(d.out_bytes), *got = xmalloc(d.out_bytes);
+    spec_t s = make_spec(MOE_EP_PATH_MXFP8, MOE_EP_WIRE_BF16, 2, SMAX);
+    s.backend = MOE_EP_BACKEND_SPLIT;
+    EXPECT(gpu_run(&f, &s, &sp, &d, stream, 1, want) == MOE_EP_SUCCESS, "timeout: split run: %s", errmsg());
+    s.backend = MOE_EP_BACKEND_MEGA, s.timeout_seconds = 0.2;
+    moe_ep_group_t g;
+    moe_ep_layer_t l;
+    moe_ep_status_t st = make_layer(&f, &s, stream, &g, &l);
+    EXPECT(st == MOE_EP_SUCCESS, "timeout: mega layer: %s", errmsg());
+    if (!st) {
+        EXPECT(moe_ep_mega_set_absent_rank(l, 1) == MOE_EP_SUCCESS, "set_absent_rank: %s", errmsg());
+        st = poisoned_forward(g, l, &f, &d, &sp, 0, stream, got);
+        EXPECT(st == MOE_EP_ERROR_TIMEOUT, "timeout: got %s (%s)", moe_ep_status_string(st), errmsg());
+        printf("  reported: %s\n", errmsg());
+        st = gpu_forward(l, &f, &d, &sp, 0, stream); /* a recorded error: the forward does nothing */
+        EXPECT(st == MOE_EP_SUCCESS && finish(g, stream) == MOE_EP_ERROR_TIMEOUT, "timeout: error not kept");
+        EXPECT(moe_ep_mega_set_absent_rank(l, -1) == MOE_EP_SUCCESS, "set_absent_rank: %s", errmsg());
+        EXPECT(moe_ep_group_reset_async_error(g) == MOE_EP_SUCCESS, "reset: %s", errmsg());
+        st = poisoned_forward(g, l, &f, &d, &sp, 0, stream, got);
+        EXPECT(st == MOE_EP_SUCCESS && memcmp(got, want, d.out_bytes) == 0,
+               "timeout: after the reset the layer does not give the split's bytes (%s)", moe_ep_status_string(st));
+    }
+    free_layer(g, l);
+    free(want), free(got);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
 int main(void)
 {
     int count = 0;
@@ -887,6 +938,7 @@ int main(void)
     test_device_weights(&rng, stream);
     test_knobs(&rng, stream);
     test_large(&rng, stream);
+    test_timeout(&rng, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
     return test_summary("test_split");
 }

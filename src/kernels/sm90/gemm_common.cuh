@@ -18,7 +18,32 @@ struct gemm_args {
     float swiglu_limit;
     const int32_t *expert_offset, *tile_offset;
     const uint32_t *error;
+    int a_scale_stride;            /* bytes per row of a_scales (moe_ep_act_scale_stride) */
+    int64_t out_scale_stride;      /* bytes per row of out_scales */
 };
+
+/* GEMM1 (xq . W13^T, SwiGLU, requant -> aq) and GEMM2 (aq . W2^T -> y, wire)
+ * of the expert stage on the buffers of split_kernels.h. */
+__host__ __device__ __forceinline__ gemm_args moe_ep_gemm1_args(const moe_ep_split_dims_t &d, const moe_ep_split_bufs_t &b)
+{
+    moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
+    gemm_args g = {af, wf, af, b.xq, b.xq_scales, b.w13, b.w13_scales, b.w13_gs, d.fc1_scale,
+                   b.aq, b.aq_scales, d.fc2_scale, d.H, 2 * d.I, d.I, d.E, d.swiglu_limit,
+                   b.expert_offset, b.tile_offset, b.error,
+                   (int)moe_ep_act_scale_stride(af, d.H), moe_ep_act_scale_stride(af, d.I)};
+    return g;
+}
+
+__host__ __device__ __forceinline__ gemm_args moe_ep_gemm2_args(const moe_ep_split_dims_t &d, const moe_ep_split_bufs_t &b)
+{
+    moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
+    moe_ep_format_t yf = moe_ep_wire_format(d.wire);
+    gemm_args g = {af, wf, yf, b.aq, b.aq_scales, b.w2, b.w2_scales, b.w2_gs,
+                   d.fc2_scale, b.y, b.y_scales, 1.0f, d.I, d.H, d.H, d.E, 0.0f,
+                   b.expert_offset, b.tile_offset, b.error,
+                   (int)moe_ep_act_scale_stride(af, d.I), moe_ep_row_scale_bytes(yf, d.H)};
+    return g;
+}
 
 /* Expert of m-tile mt: the last e with tile_offset[e] <= mt. */
 __device__ __forceinline__ int tile_expert(const int32_t *tile_offset, int E, int mt)
@@ -36,10 +61,10 @@ __device__ __forceinline__ int tile_expert(const int32_t *tile_offset, int E, in
  * element offset c of a row of N_out elements. */
 __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *v, int blk, int64_t row,
                                                 int64_t N_out, int64_t c, float S, uint8_t *out,
-                                                uint8_t *out_scales)
+                                                uint8_t *out_scales, int64_t scale_stride)
 {
     uint8_t *d = out + row * moe_ep_row_data_bytes(f, N_out);
-    uint8_t *s = out_scales + row * moe_ep_row_scale_bytes(f, N_out);
+    uint8_t *s = out_scales + row * scale_stride;
     if (f == MOE_EP_FORMAT_BF16) {
         for (int i = 0; i < blk; i += 2) *(uint32_t *)(d + 2 * (c + i)) = moe_ep_pack_bf16x2(v[i], v[i + 1]);
     } else if (f == MOE_EP_FORMAT_MXFP8) {
@@ -71,7 +96,8 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
         float *v = &C[m][j];
         if (glu)
             for (int i = 0; i < blk; i++) v[i] = moe_ep_swiglu(v[i], C[m][128 + j + i], g.swiglu_limit);
-        store_out_block(g.out_fmt, v, blk, row0 + m, g.N_out, c0 + j, g.out_gs, g.out, g.out_scales);
+        store_out_block(g.out_fmt, v, blk, row0 + m, g.N_out, c0 + j, g.out_gs, g.out, g.out_scales,
+                        g.out_scale_stride);
     }
 }
 

@@ -1,363 +1,30 @@
-/* Grouped GEMMs of the expert stage (first version: correctness first).
+/* Grouped GEMMs of the split backend's expert stage.
  *
  *   GEMM1: h[rows][2I] = xq[rows][H] . W13[e]^T, then a = SwiGLU(gate, up)
  *          (fp32), rounded once into the activation format -> aq[rows][I].
  *   GEMM2: y[rows][H] = aq[rows][I] . W2[e]^T, rounded once into the wire
  *          format -> y[rows][H].
  *
- * Tiles: BM = 64 (or 16 when experts get few rows) rows of one expert x BN columns (256 for GEMM1: 128 gate +
- * 128 up columns of the interleaved W13; 128 for GEMM2), K in steps of 32.
- * A persistent grid walks the tiles; tile -> (expert, row block) through the
- * tile prefix of the plan.
- *
- * Pipeline: cp.async copies the raw stored bytes (data and block scales) of
- * each K step into a ring of STAGES shared-memory slots, STAGES - 1 steps
- * ahead of the math. bf16 operands feed ldmatrix straight from their slot
- * (rows padded by 16 bytes, no bank conflicts); quantized operands are first
- * converted to bf16 tiles (exact for every format once power-of-two / E4M3
- * block scales are folded in; FP8-BLOCK scales are applied per 128-wide K
- * block to an fp32 partial sum; the NVFP4 global scales S in the epilogue).
- * Warps: 2 (M) x BN/32 (N), each 32 x 32 (2 x 4 MMA tiles); BN/16 warps.
- *
- * Each output element's K reduction runs in a fixed order whatever tile or
- * rank its row landed in: results are position independent. */
-#include "kernels/sm90/gemm_common.cuh"
-
-#include <cuda_fp16.h>
-
-#define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
-#define STAGES 3
-#define SC_SLOT 16 /* bytes of block scales per row per K step (at most 8 used) */
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
-{
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p)
-{
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], const uint32_t b[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void mma_e4m3(float c[4], const uint32_t a[4], const uint32_t b[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void cp_async(void *dst, const void *src, int bytes, bool valid)
-{
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    int n = valid ? bytes : 0; /* 0: fill with zeros, read nothing */
-    if (bytes == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
-    else if (bytes == 8)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(n));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-/* Shared-memory plan of one K step's raw slot: A rows then B rows (data with a
- * 16-byte pad per row when ldmatrix reads it directly), then their scales. */
-struct stage_layout {
-    int a_pitch, b_pitch;     /* bytes per row of data in the slot */
-    int a_bytes, b_bytes;     /* data bytes per row actually copied */
-    int a_sc, b_sc;           /* scale bytes per row per K step (0, 4 or 8) */
-    int slot_bytes;
-};
-
-template <int BM, int BN, bool DIRECT>
-__host__ __device__ __forceinline__ stage_layout make_layout(moe_ep_format_t af, moe_ep_format_t bf, int bk)
-{
-    stage_layout L;
-    L.a_bytes = (int)moe_ep_row_data_bytes(af, bk);
-    L.b_bytes = (int)moe_ep_row_data_bytes(bf, bk);
-    L.a_pitch = L.a_bytes + (DIRECT ? 16 : 0);
-    L.b_pitch = L.b_bytes + (DIRECT ? 16 : 0);
-    L.a_sc = (int)moe_ep_row_scale_bytes(af, bk);
-    L.b_sc = (int)moe_ep_row_scale_bytes(bf, bk);
-    L.slot_bytes = BM * L.a_pitch + BN * L.b_pitch + (BM + BN) * SC_SLOT;
-    return L;
-}
-
-/* Issues the cp.async copies of K step k0 into slot `slot` (A rows past
- * rows_valid are zero-filled). */
-template <int BM, int BN>
-__device__ __forceinline__ void issue_stage(const gemm_args &g, const stage_layout &L, uint8_t *slot,
-                                            int64_t row0, int rows_valid, const uint8_t *bw,
-                                            const uint8_t *bws, int k0)
-{
-    int64_t a_rb = moe_ep_row_data_bytes(g.a_fmt, g.K), a_sb = moe_ep_row_scale_bytes(g.a_fmt, g.K);
-    int64_t b_rb = moe_ep_row_data_bytes(g.b_fmt, g.K), b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
-    int64_t a_k = moe_ep_row_data_bytes(g.a_fmt, k0), b_k = moe_ep_row_data_bytes(g.b_fmt, k0);
-    int a_chunks = L.a_bytes / 16, b_chunks = L.b_bytes / 16;
-    uint8_t *b_slot = slot + BM * L.a_pitch, *sc_slot = b_slot + BN * L.b_pitch;
-    for (int c = threadIdx.x; c < BM * a_chunks; c += blockDim.x) {
-        int m = c / a_chunks, j = c % a_chunks;
-        bool ok = m < rows_valid;
-        cp_async(slot + m * L.a_pitch + 16 * j, g.a + (ok ? row0 + m : row0) * a_rb + a_k + 16 * j, 16, ok);
-    }
-    for (int c = threadIdx.x; c < BN * b_chunks; c += blockDim.x) {
-        int n = c / b_chunks, j = c % b_chunks;
-        cp_async(b_slot + n * L.b_pitch + 16 * j, bw + n * b_rb + b_k + 16 * j, 16, true);
-    }
-    if (L.a_sc)
-        for (int m = threadIdx.x; m < BM; m += blockDim.x) {
-            bool ok = m < rows_valid;
-            cp_async(sc_slot + m * SC_SLOT, g.a_scales + (ok ? row0 + m : row0) * a_sb + moe_ep_row_scale_bytes(g.a_fmt, k0),
-                     L.a_sc, ok);
-        }
-    if (L.b_sc)
-        for (int n = threadIdx.x; n < BN; n += blockDim.x)
-            cp_async(sc_slot + (BM + n) * SC_SLOT, bws + n * b_sb + moe_ep_row_scale_bytes(g.b_fmt, k0), L.b_sc, true);
-}
-
-/* NVFP4 element values E2M1 x E4M3 block scale are exact in fp16 (at most 5
- * significant bits, magnitudes 2^-10 .. 2688), so both operands become fp16
- * tiles with one table lookup and one packed multiply per element pair; the
- * global scales S are applied in the epilogue. lut_pair[byte] holds the two
- * E2M1 values of a byte as half2, lut_scale[code] the E4M3 value as half. */
-__device__ __forceinline__ void nvfp4_rows_to_f16(const uint8_t *data, int pitch, const uint8_t *sc, int rows,
-                                                  int bk, __half *out, int out_pitch, const uint32_t *lut_pair,
-                                                  const uint16_t *lut_scale)
-{
-    int chunks = bk / 8; /* 8 elements = 4 bytes of data */
-    for (int c = threadIdx.x; c < rows * chunks; c += blockDim.x) {
-        int r = c / chunks, k = (c % chunks) * 8;
-        uint32_t q = *(const uint32_t *)(data + r * pitch + k / 2);
-        __half s = __ushort_as_half(lut_scale[sc[r * SC_SLOT + k / 16]]);
-        __half2 s2 = __halves2half2(s, s);
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            __half2 v = __hmul2(*(const __half2 *)&lut_pair[(q >> (8 * i)) & 0xFF], s2);
-            w[i] = *(uint32_t *)&v;
-        }
-        *(uint4 *)(out + r * out_pitch + k) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-}
-
-/* Kernel modes: bf16 operands straight from the slot (BF16 path); quantized
- * operands converted to bf16 tiles first (NVFP4); E4M3 operands straight from
- * the slot into FP8 MMAs with the block scales applied to fp32 partial sums
- * every SB = 32 (MX) or 128 (FP8-BLOCK) K elements (MXFP8, W4A8 after an
- * exact E2M1 -> E4M3 conversion of the weights, FP8-BLOCK). */
-enum { MODE_BF16 = 0, MODE_CVT = 1, MODE_FP8 = 2 };
-
-/* MMAs of K elements [k0, k0 + KS) for this warp. Operands are row-major
- * bytes with the given pitches; FP8 takes 32 elements (32 bytes) per MMA,
- * bf16 16 elements (32 bytes). */
-enum { MMA_BF16 = 0, MMA_F16 = 1, MMA_E4M3 = 2 };
-
-template <int MI, int NF, int KIND, int KS>
-__device__ __forceinline__ void mma_span(const uint8_t *a, int a_pitch, const uint8_t *b, int b_pitch, int k0,
-                                         int wm, int wn, int lane, float (*acc)[NF][4])
-{
-    constexpr int WN = NF * 8, EB = KIND == MMA_E4M3 ? 1 : 2; /* bytes per element */
-#pragma unroll
-    for (int kk = 0; kk < KS; kk += 32 / EB) {
-        int kb = (k0 + kk) * EB; /* byte offset of this 32-byte column */
-        uint32_t af[MI][4], bf[NF][2];
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-            ldmatrix_x4(af[i], a + (wm * 16 * MI + i * 16 + (lane & 15)) * a_pitch + kb + (lane >> 4) * 16);
-#pragma unroll
-        for (int j = 0; j < NF; j++)
-            ldmatrix_x2(bf[j], b + (wn * WN + j * 8 + (lane & 7)) * b_pitch + kb + ((lane >> 3) & 1) * 16);
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NF; j++) {
-                if (KIND == MMA_E4M3) mma_e4m3(acc[i][j], af[i], bf[j]);
-                else if (KIND == MMA_F16) mma_f16(acc[i][j], af[i], bf[j]);
-                else mma_bf16(acc[i][j], af[i], bf[j]);
-            }
-    }
-}
-
-/* Block scale of row r in a slot's scale area: MX byte `idx`, or the fp32 of
- * an FP8-BLOCK row. */
-template <int SB>
-__device__ __forceinline__ float slot_scale(const uint8_t *sc, int r, int idx)
-{
-    if (SB == 32) return moe_ep_ue8m0_to_f32(sc[r * SC_SLOT + idx]);
-    return *(const float *)(sc + r * SC_SLOT);
-}
-
-/* acc += part * (row scale * column scale) for scale block idx; part = 0. */
-template <int MI, int NF, int SB>
-__device__ __forceinline__ void flush_scaled(const uint8_t *a_sc, const uint8_t *b_sc, int idx, int rows_valid,
-                                             int wm, int wn, int lane, float (*acc)[NF][4], float (*part)[NF][4])
-{
-    constexpr int WN = NF * 8;
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int m = wm * 16 * MI + i * 16 + (lane >> 2) + 8 * h;
-            float sa = m < rows_valid ? slot_scale<SB>(a_sc, m, idx) : 0.0f;
-#pragma unroll
-            for (int j = 0; j < NF; j++)
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    float sw = slot_scale<SB>(b_sc, wn * WN + j * 8 + (lane & 3) * 2 + q, idx);
-                    acc[i][j][2 * h + q] = fmaf(part[i][j][2 * h + q], sa * sw, acc[i][j][2 * h + q]);
-                    part[i][j][2 * h + q] = 0.0f;
-                }
-        }
-}
-
-/* W4A8: the slot's MXFP4 weight rows (BK/2 bytes) -> E4M3 bytes in Bq
- * (exact: every E2M1 value is an E4M3 value), one byte pair per lookup. */
-template <int BN, int BK>
-__device__ __forceinline__ void convert_fp4_to_e4m3(const uint8_t *b_slot, int b_pitch, uint8_t *Bq,
-                                                    const uint16_t *lut)
-{
-    constexpr int CH = BK / 16; /* 8-byte source chunks per row */
-    for (int c = threadIdx.x; c < BN * CH; c += blockDim.x) {
-        int n = c / CH, j = c % CH;
-        uint2 v = *(const uint2 *)(b_slot + n * b_pitch + 8 * j);
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t src = i < 2 ? v.x : v.y, sh = 16 * (i & 1);
-            w[i] = lut[(src >> sh) & 0xFF] | ((uint32_t)lut[(src >> (sh + 8)) & 0xFF] << 16);
-        }
-        *(uint4 *)(Bq + n * (BK + 16) + 16 * j) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-}
-
-/* Warps: WM (M) x BN/32 (N), each 16*MI rows x 32 columns (MI x 4 MMA tiles). */
-template <int BM>
-struct warp_shape {
-    static constexpr int MI = BM >= 32 ? 2 : 1, WM = BM / (16 * MI);
-};
-
-template <int BM, int BN>
-constexpr int gemm_threads() { return warp_shape<BM>::WM * (BN / 32) * 32; }
+ * A persistent grid walks the tiles (gemm_tile.cuh: BM = 16 or 64 rows of one
+ * expert x BN = 256 (GEMM1) or 128 (GEMM2) columns); tile -> (expert, row
+ * block) through the tile prefix of the plan. 128-row tiles go to the TMA +
+ * wgmma kernel (bf16, wgmma_gemm.cu). */
+#include "kernels/sm90/gemm_tile.cuh"
 
 template <int BM, int BN, int MODE, int SB>
 __global__ void __launch_bounds__(gemm_threads<BM, BN>(), 1) grouped_gemm(gemm_args g)
 {
-    constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
-    constexpr bool DIRECT = MODE != MODE_CVT;
-    typedef __half Row[BK + KPAD];
     extern __shared__ __align__(16) uint8_t smem[];
     if (moe_ep_dev_failed(g.error)) return;
-    const stage_layout L = make_layout<BM, BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
-    uint8_t *extra = smem + STAGES * L.slot_bytes;
-    Row *As = (Row *)extra, *Bs = As + BM;              /* MODE_CVT: fp16 tiles */
-    uint32_t *lut_pair = (uint32_t *)(Bs + BN);         /* MODE_CVT tables */
-    uint16_t *lut_scale = (uint16_t *)(lut_pair + 256);
-    uint8_t *Bq = extra;                                /* MODE_FP8 with FP4 weights */
-    uint16_t *lut = (uint16_t *)(extra + BN * (BK + 16));
-    const bool b_fp4 = MODE == MODE_FP8 && g.b_fmt == MOE_EP_FORMAT_MXFP4;
-    float(*C)[BN + 4] = (float(*)[BN + 4])smem; /* reused after the main loop */
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WM, wn = warp / WM;
-    int n_tiles = g.N / BN, tiles = g.tile_offset[g.E] * n_tiles, n_k = g.K / BK;
-    if (b_fp4)
-        for (int v = threadIdx.x; v < 256; v += blockDim.x)
-            lut[v] = (uint16_t)(moe_ep_e4m3_from_f32(moe_ep_e2m1_to_f32((uint8_t)(v & 15))) |
-                                (moe_ep_e4m3_from_f32(moe_ep_e2m1_to_f32((uint8_t)(v >> 4))) << 8));
-    if (MODE == MODE_CVT)
-        for (int v = threadIdx.x; v < 256; v += blockDim.x) {
-            __half2 h = __floats2half2_rn(moe_ep_e2m1_to_f32((uint8_t)(v & 15)), moe_ep_e2m1_to_f32((uint8_t)(v >> 4)));
-            lut_pair[v] = *(uint32_t *)&h;
-            lut_scale[v] = __half_as_ushort(__float2half_rn(moe_ep_e4m3_to_f32((uint8_t)v)));
-        }
+    gemm_tables_init<BM, BN, MODE>(g, smem);
     __syncthreads();
+    int n_tiles = g.N / BN, tiles = g.tile_offset[g.E] * n_tiles;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int mt = tile / n_tiles, n0 = (tile % n_tiles) * BN;
         int e = tile_expert(g.tile_offset, g.E, mt);
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BM;
         int rows_valid = (int)min((int64_t)BM, (int64_t)g.expert_offset[e + 1] - row0);
-        int64_t b_rows = (int64_t)e * g.N + n0;
-        const uint8_t *bw = g.b + b_rows * moe_ep_row_data_bytes(g.b_fmt, g.K);
-        const uint8_t *bws = g.b_scales + b_rows * moe_ep_row_scale_bytes(g.b_fmt, g.K);
-        float acc[MI][NF][4], part[MI][NF][4];
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NF; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][j][q] = part[i][j][q] = 0.0f;
-        for (int s = 0; s < STAGES - 1; s++) {
-            if (s < n_k) issue_stage<BM, BN>(g, L, smem + s * L.slot_bytes, row0, rows_valid, bw, bws, s * BK);
-            cp_async_commit();
-        }
-        for (int kt = 0; kt < n_k; kt++) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const uint8_t *slot = smem + (kt % STAGES) * L.slot_bytes;
-            const uint8_t *b_slot = slot + BM * L.a_pitch, *a_sc = b_slot + BN * L.b_pitch, *b_sc = a_sc + BM * SC_SLOT;
-            if (MODE == MODE_CVT) {
-                nvfp4_rows_to_f16(slot, L.a_pitch, a_sc, BM, BK, &As[0][0], BK + KPAD, lut_pair, lut_scale);
-                nvfp4_rows_to_f16(b_slot, L.b_pitch, b_sc, BN, BK, &Bs[0][0], BK + KPAD, lut_pair, lut_scale);
-            }
-            if (b_fp4) convert_fp4_to_e4m3<BN, BK>(b_slot, L.b_pitch, Bq, lut);
-            int next = kt + STAGES - 1;
-            if (next < n_k)
-                issue_stage<BM, BN>(g, L, smem + (next % STAGES) * L.slot_bytes, row0, rows_valid, bw, bws, next * BK);
-            cp_async_commit();
-            if (MODE == MODE_CVT || b_fp4) __syncthreads();
-            if (MODE == MODE_BF16) {
-                mma_span<MI, NF, MMA_BF16, BK>(slot, L.a_pitch, b_slot, L.b_pitch, 0, wm, wn, lane, acc);
-            } else if (MODE == MODE_CVT) {
-                mma_span<MI, NF, MMA_F16, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
-                                        wm, wn, lane, acc);
-            } else {
-                const uint8_t *bp = b_fp4 ? Bq : b_slot;
-                int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
-#pragma unroll 1
-                for (int k0 = 0; k0 < BK; k0 += 32) {
-                    mma_span<MI, NF, MMA_E4M3, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
-                    if (SB == 32) flush_scaled<MI, NF, SB>(a_sc, b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
-                }
-                if (SB == 128) flush_scaled<MI, NF, SB>(a_sc, b_sc, 0, rows_valid, wm, wn, lane, acc, part);
-            }
-        }
-        cp_async_wait<0>();
-        __syncthreads();
-        float scale = 1.0f; /* NVFP4: undo the global scales of both operands */
-        if (g.a_fmt == MOE_EP_FORMAT_NVFP4) scale = __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e]));
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NF; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    int m = wm * 16 * MI + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * 32 + j * 8 + (lane & 3) * 2 + (q & 1);
-                    C[m][n] = __fmul_rn(acc[i][j][q], scale);
-                }
-        __syncthreads();
-        epilogue<BM, BN>(g, C, row0, rows_valid, n0, threadIdx.x, blockDim.x);
-        __syncthreads(); /* C aliases the slots the next tile fills */
+        gemm_tile<BM, BN, MODE, SB>(g, smem, e, row0, rows_valid, n0);
     }
 }
 
@@ -366,13 +33,7 @@ __global__ void __launch_bounds__(gemm_threads<BM, BN>(), 1) grouped_gemm(gemm_a
 template <int BM, int BN, int MODE, int SB>
 static moe_ep_status_t launch_gemm(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
-    constexpr int BK = MODE == MODE_BF16 ? 64 : 128;
-    stage_layout L = make_layout<BM, BN, MODE != MODE_CVT>(g.a_fmt, g.b_fmt, BK);
-    size_t extra = MODE == MODE_CVT ? sizeof(__half) * (BK + KPAD) * (BM + BN) + 256 * 6
-                   : g.b_fmt == MOE_EP_FORMAT_MXFP4 ? (size_t)BN * (BK + 16) + 512 : 0;
-    size_t smem = (size_t)STAGES * L.slot_bytes + extra;
-    size_t smem_c = sizeof(float) * BM * (BN + 4);
-    if (smem < smem_c) smem = smem_c;
+    size_t smem = gemm_smem_bytes<BM, BN, MODE>(g.a_fmt, g.b_fmt);
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm<BM, BN, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s (%zu B smem): %s", name, smem, cudaGetErrorString(e));
@@ -407,14 +68,7 @@ extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, c
                                                  moe_ep_stream_t stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    moe_ep_format_t af = moe_ep_path_act_format(d->path), wf = moe_ep_path_weight_format(d->path);
-    gemm_args g1 = {af, wf, af, b->xq, b->xq_scales, b->w13, b->w13_scales, b->w13_gs, d->fc1_scale,
-                    b->aq, b->aq_scales, d->fc2_scale, d->H, 2 * d->I, d->I, d->E, d->swiglu_limit,
-                    b->expert_offset, b->tile_offset, b->error};
-    moe_ep_status_t st = launch_tiles<256>(g1, *d, s, "grouped_gemm1_swiglu");
+    moe_ep_status_t st = launch_tiles<256>(moe_ep_gemm1_args(*d, *b), *d, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
-    gemm_args g2 = {af, wf, moe_ep_wire_format(d->wire), b->aq, b->aq_scales, b->w2, b->w2_scales, b->w2_gs,
-                    d->fc2_scale, b->y, b->y_scales, 1.0f, d->I, d->H, d->H, d->E, 0.0f,
-                    b->expert_offset, b->tile_offset, b->error};
-    return launch_tiles<128>(g2, *d, s, "grouped_gemm2_wire");
+    return launch_tiles<128>(moe_ep_gemm2_args(*d, *b), *d, s, "grouped_gemm2_wire");
 }
