@@ -56,10 +56,9 @@ moe_ep_status_t moe_ep_comm_usable(moe_ep_group_t group);
 /* ---- symmetric heaps ---------------------------------------------------- */
 
 /* One allocation of the same size on every rank. Allocated with ncclMemAlloc
- * and registered as a symmetric NCCL window; peers[] then holds, for every
- * rank reachable by load/store (NVLink: NCCL's LSA team), a plain pointer to
- * that rank's heap (ncclGetLsaPointer), NULL for the others. Without window
- * support it falls back to cudaMalloc with only peers[rank] set. */
+ * and registered as a symmetric NCCL window (else cudaMalloc). peers[] holds
+ * a plain pointer to each rank's heap reachable by load/store; so far only
+ * peers[rank] (group_nccl.c's heap_peers says why). */
 typedef struct moe_ep_heap {
     uint8_t *base;   /* this rank's heap, device memory, 4096-byte aligned */
     size_t bytes;

@@ -376,30 +376,21 @@ moe_ep_status_t moe_ep_group_check_config(moe_ep_group_t g, const moe_ep_layer_c
 
 /* ---- symmetric heaps ----------------------------------------------------- */
 
+/* peers[]: this rank's own heap only, so far. Peer pointers through NCCL's
+ * device API (ncclGetLsaPointer on the window, in a kernel) faulted with an
+ * illegal address on the H200 even at world size 1 (2026-11-29; it probably
+ * needs a device communicator from ncclDevCommCreate): until that is settled
+ * on a multi-GPU machine, no peer is load/store reachable (lsa_size 1) and
+ * cross-GPU traffic goes through NCCL collectives. */
 static moe_ep_status_t heap_peers(moe_ep_group_t g, moe_ep_heap_t *h)
 {
     struct moe_ep_comm *c = g->comm;
     cudaError_t e = cudaMemsetAsync(h->peers, 0, sizeof(void *) * (size_t)c->world, c->stream);
-    if (e != cudaSuccess) return cuda_fail(e, "heap peers");
-    if (!h->window) {
-        h->lsa_size = 1;
-        e = cudaMemcpyAsync(h->peers + c->rank, &h->base, sizeof(void *), cudaMemcpyHostToDevice, c->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-        return e == cudaSuccess ? MOE_EP_SUCCESS : cuda_fail(e, "heap peers");
-    }
-    int32_t *world_of = malloc(sizeof(int32_t) * (size_t)c->world), *dev = NULL;
-    if (!world_of) return MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "heap peers");
-    h->lsa_size = moe_ep_nccl_lsa_team(c->nccl, world_of, c->world);
-    e = cudaMalloc((void **)&dev, sizeof(int32_t) * (size_t)c->world);
+    h->lsa_size = 1;
     if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dev, world_of, sizeof(int32_t) * (size_t)h->lsa_size, cudaMemcpyHostToDevice, c->stream);
-    moe_ep_status_t st = e == cudaSuccess ? moe_ep_launch_heap_peers(h->window, dev, h->lsa_size, h->peers,
-                                                                     (moe_ep_stream_t)c->stream)
-                                          : cuda_fail(e, "heap peers");
-    if (st == MOE_EP_SUCCESS && (e = cudaStreamSynchronize(c->stream)) != cudaSuccess) st = cuda_fail(e, "heap peers");
-    cudaFree(dev);
-    free(world_of);
-    return st;
+        e = cudaMemcpyAsync(h->peers + c->rank, &h->base, sizeof(void *), cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? MOE_EP_SUCCESS : cuda_fail(e, "heap peers");
 }
 
 moe_ep_status_t moe_ep_heap_create(moe_ep_group_t g, size_t bytes, moe_ep_heap_t *h)

@@ -140,12 +140,6 @@ __global__ void xchg_combine_rows(moe_ep_xchg_dev_t x, const int32_t *ids)
     x.combine_rows[i] = id < 0 ? -1 : (int32_t)((int64_t)(id / x.experts_per_rank) * x.cap + i);
 }
 
-__global__ void heap_peers(ncclWindow_t win, const int32_t *lsa_world, int lsa_size, void **peers)
-{
-    int i = threadIdx.x + blockIdx.x * blockDim.x;
-    if (i < lsa_size) peers[lsa_world[i]] = ncclGetLsaPointer(win, 0, i);
-}
-
 extern "C" moe_ep_status_t moe_ep_launch_xchg_pack(const moe_ep_xchg_dev_t *x, const uint16_t *tokens,
                                                    const int32_t *ids, const int32_t *t_device, int t_host,
                                                    moe_ep_stream_t stream)
@@ -192,24 +186,5 @@ extern "C" moe_ep_status_t moe_ep_launch_xchg_unpack_outputs(const moe_ep_xchg_d
     return moe_ep_launch_check("xchg_combine_rows");
 }
 
-extern "C" moe_ep_status_t moe_ep_launch_heap_peers(void *window, const int32_t *lsa_world, int lsa_size,
-                                                    void **peers, moe_ep_stream_t stream)
-{
-    if (lsa_size <= 0) return MOE_EP_SUCCESS;
-    heap_peers<<<(unsigned)((lsa_size + 127) / 128), 128, 0, (cudaStream_t)stream>>>(
-        (ncclWindow_t)window, lsa_world, lsa_size, peers);
-    return moe_ep_launch_check("heap_peers");
-}
 #endif
 
-#ifdef MOE_EP_HAVE_NCCL
-/* Size of this rank's load/store team, and the world rank of each member
- * (world_of[max]); the host team API lives in nccl_device.h (C++ only). */
-extern "C" int moe_ep_nccl_lsa_team(void *comm, int32_t *world_of, int max)
-{
-    ncclTeam_t lsa = ncclTeamLsa((ncclComm_t)comm);
-    int n = lsa.nRanks < max ? lsa.nRanks : max;
-    for (int i = 0; i < n; i++) world_of[i] = ncclTeamRankToWorld((ncclComm_t)comm, lsa, i);
-    return n;
-}
-#endif

@@ -60,13 +60,6 @@ moe_ep_status_t moe_ep_launch_xchg_pack_outputs(const moe_ep_xchg_dev_t *x,
 moe_ep_status_t moe_ep_launch_xchg_unpack_outputs(const moe_ep_xchg_dev_t *x, const int32_t *ids,
                                                   moe_ep_stream_t stream);
 
-/* peers[lsa_world[i]] = ncclGetLsaPointer(window, 0, i) for i < lsa_size
- * (lsa_world: device array, the world rank of each load/store team member). */
-moe_ep_status_t moe_ep_launch_heap_peers(void *window, const int32_t *lsa_world, int lsa_size,
-                                         void **peers, moe_ep_stream_t stream);
-/* This rank's load/store (LSA) team: returns its size (at most max) and the
- * world rank of each member in world_of. comm: an ncclComm_t. */
-int moe_ep_nccl_lsa_team(void *comm, int32_t *world_of, int max);
 
 #ifdef __cplusplus
 }

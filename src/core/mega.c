@@ -1,7 +1,7 @@
 /* The mega backend on one GPU: the split backend's buffers plus the kernel's
  * counters, and a forward that is one launch (kernels/mega.cu). No host
  * synchronisation, so it can be captured in a CUDA graph. Knobs: explicit,
- * cache or heuristic (config.autotune times the split kernels only). */
+ * autotuned (whole forwards timed), cache, heuristic (core/knobs.c). */
 #include "core/mega.h"
 
 #include "core/knobs.h"
@@ -69,6 +69,37 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
     moe_ep_split_destroy(l);
 }
 
+static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k)
+{
+    a->d.tile_rows = k->gemm_tile_rows == 16 ? 16 : 32; /* the split's 64 and 128: 32 here (mega.cu) */
+    a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
+}
+
+static moe_ep_status_t enqueue_mega(void *args, moe_ep_stream_t stream)
+{
+    return moe_ep_launch_mega(args, stream);
+}
+
+/* config.autotune, at the first forward of a token bucket (never while
+ * capturing): whole forwards of this batch timed per candidate (they write
+ * the outputs the real forward then overwrites), the fastest kept. Nothing is
+ * kept when the device error word is set. */
+static moe_ep_status_t autotune(moe_ep_layer_t l, moe_ep_mega_args_t *a, moe_ep_stream_t stream, int tokens,
+                                int64_t rows)
+{
+    moe_ep_knobs_t cand[8];
+    double us[8];
+    int n = 0, best = 0;
+    MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, rows, cand, 8, &n));
+    for (int i = 0; i < n; i++) {
+        set_knobs(a, &cand[i]);
+        MOE_EP_CHECK(moe_ep_time_median_us(enqueue_mega, a, stream, &us[i]));
+        if (us[i] < us[best]) best = i;
+    }
+    if (n == 0 || *l->group->error_host != 0) return MOE_EP_SUCCESS;
+    return moe_ep_knobs_set_tuned(l, tokens, &cand[best], us[best]);
+}
+
 moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args, moe_ep_stream_t stream)
 {
     struct moe_ep_mega_state *s = l->mega;
@@ -79,14 +110,15 @@ moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t l, const moe_ep_forward_args_
     int tokens;
     int64_t rows;
     moe_ep_knobs_t k;
+    int capture = moe_ep_stream_capturing(stream);
     MOE_EP_CHECK(moe_ep_knobs_forward_shape(l, args, &tokens, &rows));
-    MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !moe_ep_stream_capturing(stream), &k, NULL));
-    a.d.tile_rows = k.gemm_tile_rows == 16 ? 16 : 32; /* the split's 64 and 128: 32 here (mega.cu) */
-    a.d.gemm_ctas_per_sm = k.gemm_ctas_per_sm;
     a.counters = s->counters;
     a.max_m_tiles = (int)s->max_m_tiles;
     a.timeout_ns = (long long)(l->cfg.timeout_seconds * 1e9);
     a.absent_rank = s->absent_rank;
+    if (!capture) MOE_EP_CHECK(autotune(l, &a, stream, tokens, rows));
+    MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
+    set_knobs(&a, &k);
     return moe_ep_launch_mega(&a, stream);
 }
 

@@ -243,28 +243,28 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static moe_ep_status_t record_runs(struct moe_ep_split_state *s, cudaStream_t st, cudaEvent_t *ev)
+static moe_ep_status_t record_runs(moe_ep_enqueue_fn fn, void *ctx, cudaStream_t st, cudaEvent_t *ev)
 {
-    MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, (moe_ep_stream_t)st)); /* warm-up */
+    MOE_EP_CHECK(fn(ctx, (moe_ep_stream_t)st)); /* warm-up */
     for (int i = 0; i < TUNE_RUNS; i++) {
         cudaError_t e = cudaEventRecord(ev[2 * i], st);
         if (e != cudaSuccess) return cuda_fail(e, "cudaEventRecord");
-        MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, (moe_ep_stream_t)st));
+        MOE_EP_CHECK(fn(ctx, (moe_ep_stream_t)st));
         if ((e = cudaEventRecord(ev[2 * i + 1], st)) != cudaSuccess) return cuda_fail(e, "cudaEventRecord");
     }
     cudaError_t e = cudaEventSynchronize(ev[2 * TUNE_RUNS - 1]);
     return e == cudaSuccess ? MOE_EP_SUCCESS : cuda_fail(e, "autotune: expert stage");
 }
 
-/* Median of TUNE_RUNS expert stages with the current dims, after a warm-up. */
-static moe_ep_status_t time_experts(struct moe_ep_split_state *s, cudaStream_t st, double *us)
+moe_ep_status_t moe_ep_time_median_us(moe_ep_enqueue_fn fn, void *ctx, moe_ep_stream_t stream, double *us)
 {
+    cudaStream_t st = (cudaStream_t)stream;
     cudaEvent_t ev[2 * TUNE_RUNS];
     float ms[TUNE_RUNS];
     int made = 0;
     cudaError_t e = cudaSuccess;
     while (made < 2 * TUNE_RUNS && (e = cudaEventCreate(&ev[made])) == cudaSuccess) made++;
-    moe_ep_status_t r = e == cudaSuccess ? record_runs(s, st, ev) : cuda_fail(e, "cudaEventCreate");
+    moe_ep_status_t r = e == cudaSuccess ? record_runs(fn, ctx, st, ev) : cuda_fail(e, "cudaEventCreate");
     for (int i = 0; i < TUNE_RUNS && r == MOE_EP_SUCCESS; i++)
         if ((e = cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1])) != cudaSuccess)
             r = cuda_fail(e, "cudaEventElapsedTime");
@@ -273,6 +273,12 @@ static moe_ep_status_t time_experts(struct moe_ep_split_state *s, cudaStream_t s
     qsort(ms, TUNE_RUNS, sizeof ms[0], cmp_float);
     *us = 1e3 * ms[TUNE_RUNS / 2];
     return MOE_EP_SUCCESS;
+}
+
+static moe_ep_status_t enqueue_experts(void *state, moe_ep_stream_t stream)
+{
+    struct moe_ep_split_state *s = state;
+    return moe_ep_launch_experts(&s->dims, &s->bufs, stream);
 }
 
 /* Times each candidate on this forward's rows (after its own plan and
@@ -289,7 +295,7 @@ static moe_ep_status_t tune_bucket(moe_ep_layer_t l, const moe_ep_split_io_t *io
     for (int i = 0; i < n; i++) {
         set_knobs(s, &cand[i]);
         MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, io, stream));
-        MOE_EP_CHECK(time_experts(s, (cudaStream_t)stream, &us[i]));
+        MOE_EP_CHECK(moe_ep_time_median_us(enqueue_experts, s, stream, &us[i]));
         if (us[i] < us[best]) best = i;
     }
     MOE_EP_CHECK(moe_ep_launch_publish_error(&s->bufs, stream));

@@ -31,6 +31,10 @@ moe_ep_status_t moe_ep_split_expert_stage(moe_ep_layer_t layer, moe_ep_stream_t 
 moe_ep_status_t moe_ep_split_kernel_view(moe_ep_layer_t layer, const moe_ep_forward_args_t *args,
                                          moe_ep_split_dims_t *dims, moe_ep_split_bufs_t *bufs,
                                          moe_ep_split_io_t *io);
+/* Autotuning: the median time of 5 enqueues of fn (after one warm-up), in
+ * microseconds; synchronises the stream. */
+typedef moe_ep_status_t (*moe_ep_enqueue_fn)(void *ctx, moe_ep_stream_t stream);
+moe_ep_status_t moe_ep_time_median_us(moe_ep_enqueue_fn fn, void *ctx, moe_ep_stream_t stream, double *us);
 /* Work enqueued on the stream is being captured (a failed query counts as yes). */
 int moe_ep_stream_capturing(moe_ep_stream_t stream);
 
