@@ -35,6 +35,7 @@ typedef struct {
     int tokens[SLICE_MAX_LIST], ntok, npath, iters, warmup;
     moe_ep_path_t paths[MOE_EP_PATH_COUNT_];
     moe_ep_wire_t wire;
+    moe_ep_backend_t backend;
 } tune_opts_t;
 
 typedef enum { CELL_NONE = 0, CELL_OK, CELL_ERR } cell_state_t;
@@ -54,9 +55,10 @@ static void usage_tune(void)
 {
     printf("usage: moe_ep tune [--geometry NAME] [--tokens 8,64,512,2048,8192]\n"
            "                   [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--wire bf16|mxfp8|fp4]\n"
-           "                   [--iters N] [--warmup N]\n"
-           "  EP8 slice on one GPU (E/8 experts, top-K, world size 1, split backend): times the\n"
-           "  expert stage with the heuristic's knobs and with GEMM tile rows {16, 64} x CTAs per SM\n"
+           "                   [--backend split|mega] [--iters N] [--warmup N]\n"
+           "  EP8 slice on one GPU (E/8 experts, top-K, world size 1): times the split backend's\n"
+           "  expert stage (or the mega backend's whole forward) with the heuristic's knobs and with\n"
+           "  GEMM tile rows {16, 64} x CTAs per SM\n"
            "  {1, 2}, and writes the fastest candidate to the knob cache (MOE_EP_KNOB_CACHE, else\n"
            "  $XDG_CACHE_HOME/moe_ep/knobs.txt, else ~/.cache/moe_ep/knobs.txt; docs/knobs.md).\n");
 }
@@ -70,6 +72,10 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--wire") == 0) return slice_parse_wire(v, &o->wire);
     if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
     if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
+    if (strcmp(k, "--backend") == 0) {
+        int b = slice_name_index(v, slice_backend_str, MOE_EP_BACKEND_COUNT_);
+        return b > 0 ? (o->backend = (moe_ep_backend_t)b, 0) : -1; /* GPU backends only */
+    }
     return -2;
 }
 
@@ -79,7 +85,7 @@ static int parse_tune(int argc, char **argv, tune_opts_t *o)
     o->geo = geometry_find("ds-v4-flash");
     o->ntok = slice_parse_tokens("8,64,512,2048,8192", o->tokens);
     o->npath = slice_parse_paths("all", o->paths);
-    o->wire = MOE_EP_WIRE_BF16, o->iters = 20, o->warmup = 3;
+    o->wire = MOE_EP_WIRE_BF16, o->iters = 20, o->warmup = 3, o->backend = MOE_EP_BACKEND_SPLIT;
     return slice_parse_args(argc, argv, "tune", parse_option, usage_tune, o);
 }
 
@@ -92,12 +98,15 @@ static void progress(progress_t *p, const char *what)
     fflush(stderr);
 }
 
-/* Median expert-stage time in us with these knobs forced on the layer. */
+/* Median time in us with these knobs forced on the layer: the split backend's
+ * expert stage (on the rows of a forward), the mega backend's whole forward. */
 static int time_knobs(const tune_opts_t *o, moe_ep_group_t g, run_ctx_t *c, const moe_ep_knobs_t *k,
                       cudaStream_t s, double *us)
 {
     if (!slice_layer_ok(moe_ep_knobs_force(c->layer, k), "moe_ep_knobs_force")) return 0;
-    int ok = slice_time_steps(c, slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s, us);
+    int ok = o->backend == MOE_EP_BACKEND_MEGA
+                 ? slice_time_steps(c, slice_flush_step, slice_forward_step, o->warmup, o->iters, s, us)
+                 : slice_time_steps(c, slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s, us);
     return ok && slice_no_async_error(g);
 }
 
@@ -139,7 +148,7 @@ static void tune_path(const tune_opts_t *o, const slice_t *sl, moe_ep_path_t p, 
     moe_ep_group_t g = NULL;
     moe_ep_layer_t l = NULL;
     int ok = slice_layer_ok(moe_ep_group_create_emulated(1, 0, &g), "moe_ep_group_create_emulated");
-    ok = ok && slice_layer_ok(slice_create_layer(sl, p, o->wire, MOE_EP_BACKEND_SPLIT, g, s, &l), "layer create/load");
+    ok = ok && slice_layer_ok(slice_create_layer(sl, p, o->wire, o->backend, g, s, &l), "layer create/load");
     for (int t = 0; t < o->ntok; t++) {
         run_ctx_t c = {sl, l, o->tokens[t]};
         if (ok) tune_cell(o, g, &c, p, s, pr, &cells[t]);
@@ -172,10 +181,11 @@ static void print_row(const tune_opts_t *o, int p, int t, const cell_t *c)
 
 static void print_report(const tune_opts_t *o, const slice_t *sl, const char *cache, const cell_t *cells)
 {
-    printf("# moe_ep tune\n\n- geometry: %s, EP8 slice: E %d (world size 1), K %d, H %d, I %d, wire %s, split backend\n",
-           o->geo->name, sl->E8, sl->K, sl->H, sl->I, moe_ep_wire_name(o->wire));
-    printf("- expert stage alone, median of %d after %d warm-up, L2 flushed before each; times in us;"
-           " speedup = heuristic / tuned\n- knob cache: %s\n\n", o->iters, o->warmup, cache);
+    printf("# moe_ep tune\n\n- geometry: %s, EP8 slice: E %d (world size 1), K %d, H %d, I %d, wire %s, %s backend\n",
+           o->geo->name, sl->E8, sl->K, sl->H, sl->I, moe_ep_wire_name(o->wire), moe_ep_backend_name(o->backend));
+    printf("- %s, median of %d after %d warm-up, L2 flushed before each; times in us;"
+           " speedup = heuristic / tuned\n- knob cache: %s\n\n",
+           o->backend == MOE_EP_BACKEND_MEGA ? "whole forward" : "expert stage alone", o->iters, o->warmup, cache);
     printf("| path | T | heuristic (tile rows / CTAs per SM) | heuristic us | tuned us | speedup |"
            " tuned (tile rows / CTAs per SM) |\n|---|---:|---|---:|---:|---:|---|\n");
     for (int p = 0; p < o->npath; p++)

@@ -21,10 +21,11 @@
 #include "kernels/sm90/gemm_tile.cuh"
 
 #define MEGA_BN 256 /* tile columns of both GEMMs */
-/* Tile rows: 16, or 32 where the split backend uses 64: a 64 x 256 tile needs
- * 512 threads of at most 128 registers, and inside this kernel (more live
- * state than the split's grouped GEMM) the FP8 tiles then spill; a 32 x 256
- * tile has 256 threads of up to 255 registers. Bits do not depend on it. */
+/* Tile rows: 16, or for bf16 and the FP8 modes 32 where the split uses 64: a
+ * 64 x 256 tile needs 512 threads of at most 128 registers, and inside this
+ * kernel (more live state than the split's grouped GEMM) the FP8 tiles then
+ * spill; a 32 x 256 tile has 256 threads of up to 255 registers. Bits do not
+ * depend on the tile shape. */
 
 /* Per-block state in shared memory (not registers: the GEMM tile needs them all). */
 struct mega_shared {
@@ -380,14 +381,17 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     return moe_ep_launch_check(name);
 }
 
-template <int BM>
+/* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4, 32 rows (256
+ * threads) for bf16 and the FP8 modes (see the tile rows note above; at 64 the
+ * bf16 instance spills 8 bytes). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
+    bool small = a->d.tile_rows == 16;
     switch (moe_ep_path_act_format(a->d.path)) {
-    case MOE_EP_FORMAT_BF16: return launch<BM, MODE_BF16, 0>(a, s);
-    case MOE_EP_FORMAT_MXFP8: return launch<BM, MODE_FP8, 32>(a, s);
-    case MOE_EP_FORMAT_FP8_BLOCK: return launch<BM, MODE_FP8, 128>(a, s);
-    default: return launch<BM, MODE_CVT, 0>(a, s);
+    case MOE_EP_FORMAT_BF16: return small ? launch<16, MODE_BF16, 0>(a, s) : launch<32, MODE_BF16, 0>(a, s);
+    case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<32, MODE_FP8, 32>(a, s);
+    case MOE_EP_FORMAT_FP8_BLOCK: return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
+    default: return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }
 }
 
@@ -415,6 +419,5 @@ extern "C" moe_ep_status_t moe_ep_launch_mega(const moe_ep_mega_args_t *a, moe_e
 {
     const char *why = moe_ep_mega_unsupported(&a->d);
     if (why) return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "mega backend: %s", why);
-    cudaStream_t s = (cudaStream_t)stream;
-    return a->d.tile_rows == 16 ? launch_for_format<16>(a, s) : launch_for_format<32>(a, s);
+    return launch_for_format(a, (cudaStream_t)stream);
 }

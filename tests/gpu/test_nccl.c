@@ -1,7 +1,7 @@
 /* NCCL groups.
  *
- * Without arguments (one process, GPU 0): a split layer on an NCCL group of
- * world size 1 (from an id, and from a caller's communicator) against the
+ * Without arguments (one process, GPU 0): split and mega layers on an NCCL group
+ * of world size 1 (from an id, and from a caller's communicator) against the
  * emulated group of 1, bit for bit, eager and CUDA-graph replay, several
  * paths and wires; the reference backend refused; a bad expert id reported.
  *
@@ -214,14 +214,16 @@ static void test_world1(moe_ep_group_t g, const char *how, uint64_t *rng, cudaSt
     const int T_max = 48;
     moe_ep_group_t eg = NULL;
     EXPECT(moe_ep_group_create_emulated(1, 0, &eg) == MOE_EP_SUCCESS, "emulated group: %s", errmsg());
-    for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
+    for (size_t n = 0; n < 2 * sizeof combos / sizeof combos[0]; n++) {
+        size_t i = n / 2; /* each combination on the split, then the mega backend */
         fixture_t f;
         fixture_init(&f, 8, 3, 256, 256, T_max, i == 2 ? ROUTE_SPARSE : ROUTE_UNIFORM, rng);
         moe_ep_layer_config_t c = config_of(&f, combos[i].p, combos[i].w, T_max);
+        c.backend = n % 2 ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT;
         moe_ep_layer_t ref = NULL, l = NULL;
         char label[96];
-        snprintf(label, sizeof label, "world 1 (%s) %s/%s", how, moe_ep_path_name(combos[i].p),
-                 moe_ep_wire_name(combos[i].w));
+        snprintf(label, sizeof label, "world 1 (%s) %s %s/%s", how, moe_ep_backend_name(c.backend),
+                 moe_ep_path_name(combos[i].p), moe_ep_wire_name(combos[i].w));
         moe_ep_status_t st = make_layer(eg, &f, &c, s, &ref);
         EXPECT(st == MOE_EP_SUCCESS, "%s: emulated layer: %s", label, errmsg());
         if (!st) st = make_layer(g, &f, &c, s, &l);

@@ -5,7 +5,9 @@ Run: python3 tests/python/test_gpu.py, or pytest tests/python.
 The split backend against a float64 layer in torch with the rounding points of
 docs/formats.md (taken through the library's host codec on CPU tensors),
 CUDA-graph capture + replay against eager, emulated R=2 against R=1 (bit for
-bit), and the mega backend (works, or raises MoEEpError)."""
+bit), and the mega backend (against torch, and byte for byte against split)."""
+import itertools
+
 import _harness
 import moe_ep
 from moe_ep import MegaConfig, MoEEpError, MoEEpLayer, SplitConfig
@@ -93,26 +95,30 @@ def rel_l2(got, want):
     return ((got - want).norm() / want.norm()).item()
 
 
-def test_split_against_torch_float64():
+def test_backends_against_torch_float64():
     torch = cuda_torch()
     fx = Fixture(torch)
-    for path in WEIGHT_FMT:
-        for wire in WIRE_FMT:
-            with layer(path, wire, weights=(fx.w13, fx.w2)) as lay:  # host weights
-                out = lay(*fx.cuda())
-            torch.cuda.synchronize()
-            err, tol = rel_l2(out, torch_layer(torch, fx, path, wire)), max(PATH_TOL[path], WIRE_TOL[wire])
-            print(f"  split path {path:9s} wire {wire:5s}: rel L2 {err:.3e} (tol {tol:.0e})")
-            assert out.dtype == torch.bfloat16 and out.device.type == "cuda"
-            assert err < tol, (path, wire, err)
-            assert not out[5].any(), "a token with no used slot must get zeros"
+    for backend, path, wire in itertools.product((SplitConfig, MegaConfig), WEIGHT_FMT, WIRE_FMT):
+        with layer(path, wire, backend=backend, weights=(fx.w13, fx.w2)) as lay:  # host weights
+            out = lay(*fx.cuda())
+        torch.cuda.synchronize()
+        err, tol = rel_l2(out, torch_layer(torch, fx, path, wire)), max(PATH_TOL[path], WIRE_TOL[wire])
+        print(f"  {backend.__name__:11s} path {path:9s} wire {wire:5s}: rel L2 {err:.3e} (tol {tol:.0e})")
+        assert out.dtype == torch.bfloat16 and out.device.type == "cuda"
+        assert err < tol, (path, wire, err)
+        assert not out[5].any(), "a token with no used slot must get zeros"
 
 
 def test_cuda_graph_replay_equals_eager():
     torch = cuda_torch()
     fx = Fixture(torch)
+    for backend in (SplitConfig, MegaConfig):
+        graph_replay_equals_eager(torch, fx, backend)
+
+
+def graph_replay_equals_eager(torch, fx, backend):
     x, ids, w = fx.cuda()
-    with layer("mxfp8", "fp4", weights=(fx.w13.cuda(), fx.w2.cuda())) as lay:  # device weights
+    with layer("mxfp8", "fp4", backend=backend, weights=(fx.w13.cuda(), fx.w2.cuda())) as lay:  # device weights
         lay.warmup(T)
         eager = lay(x, ids, w)
         static = torch.empty_like(eager)
@@ -144,19 +150,16 @@ def test_emulated_two_ranks_equal_one():
         assert torch.equal(torch.cat(got).view(torch.int16), want.view(torch.int16)), (path, wire)
 
 
-def test_mega_works_or_raises():
+def test_mega_equals_split():
     torch = cuda_torch()
     fx = Fixture(torch)
-    try:
-        lay = layer("w4a8", "bf16", backend=MegaConfig, weights=(fx.w13, fx.w2))
-    except MoEEpError as e:
-        print(f"  mega: {e.status_name}: {e.message}")
-        return
-    with lay:
-        out = lay(*fx.cuda())
+    for path, wire in (("w4a8", "bf16"), ("nvfp4", "mxfp8"), ("bf16", "fp4")):
+        outs = []
+        for backend in (SplitConfig, MegaConfig):
+            with layer(path, wire, backend=backend, weights=(fx.w13, fx.w2)) as lay:
+                outs.append(lay(*fx.cuda()))
         torch.cuda.synchronize()
-        err = rel_l2(out, torch_layer(torch, fx, "w4a8", "bf16"))
-        assert err < PATH_TOL["w4a8"], err
+        assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), (path, wire)
 
 
 def test_bad_tensors_refused():
