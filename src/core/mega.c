@@ -71,7 +71,7 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
 
 static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k)
 {
-    a->d.tile_rows = k->gemm_tile_rows == 16 ? 16 : 64; /* 128 (split's wgmma): 64; bf16, FP8: 32 (mega.cu) */
+    a->d.tile_rows = k->gemm_tile_rows == 16 ? 16 : 64; /* 128 (split's wgmma): 64; bf16, fp8_block: 32 (mega.cu) */
     a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
 }
 

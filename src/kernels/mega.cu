@@ -21,7 +21,7 @@
 #include "kernels/sm90/gemm_tile.cuh"
 
 #define MEGA_BN 256 /* tile columns of both GEMMs */
-/* Tile rows: 16, or for bf16 and the FP8 modes 32 where the split uses 64: a
+/* Tile rows: 16, or for bf16 and FP8-BLOCK 32 where the split uses 64: a
  * 64 x 256 tile needs 512 threads of at most 128 registers, and inside this
  * kernel (more live state than the split's grouped GEMM) the FP8 tiles then
  * spill; a 32 x 256 tile has 256 threads of up to 255 registers. Bits do not
@@ -381,15 +381,15 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     return moe_ep_launch_check(name);
 }
 
-/* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4, 32 rows (256
- * threads) for bf16 and the FP8 modes (see the tile rows note above; at 64 the
- * bf16 instance spills 8 bytes). */
+/* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4, MXFP8 and
+ * W4A8; 32 rows (256 threads) for bf16 and FP8-BLOCK, whose 64-row instances
+ * spill here (see the tile rows note above). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     bool small = a->d.tile_rows == 16;
     switch (moe_ep_path_act_format(a->d.path)) {
     case MOE_EP_FORMAT_BF16: return small ? launch<16, MODE_BF16, 0>(a, s) : launch<32, MODE_BF16, 0>(a, s);
-    case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<32, MODE_FP8, 32>(a, s);
+    case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK: return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default: return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }

@@ -371,15 +371,24 @@ __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int
         } else if (MODE == MODE_CVT) {
             mma_span<MI, NF, MMA_F16, BK>((const uint8_t *)As, 2 * (BK + KPAD), (const uint8_t *)Bs, 2 * (BK + KPAD), 0,
                                           wm, wn, lane, acc);
-        } else {
-            const uint8_t *bp = b_fp4 ? Bq : b_slot;
-            int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
+        } else if (SB == 128) { /* FP8-BLOCK (E4M3 weights) */
 #pragma unroll 1
-            for (int k0 = 0; k0 < BK; k0 += 32) {
-                mma_span<MI, NF, MMA_E4M3, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
-                if (SB == 32) flush_scaled<MI, NF, SB>(a_sc + ((kt * L.a_sc) & 15), b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
+            for (int k0 = 0; k0 < BK; k0 += 32)
+                mma_span<MI, NF, MMA_E4M3, 32>(slot, L.a_pitch, b_slot, L.b_pitch, k0, wm, wn, lane, part);
+            flush_scaled<MI, NF, SB>(a_sc + ((kt * L.a_sc) & 15), b_sc, 0, rows_valid, wm, wn, lane, acc, part);
+        } else { /* MX scales: one 16-row slice at a time, so only its partial sums are live */
+            const uint8_t *bp = b_fp4 ? Bq : b_slot, *asc = a_sc + ((kt * L.a_sc) & 15);
+            int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
+#pragma unroll
+            for (int i = 0; i < MI; i++) {
+                int r0 = wm * 16 * MI + i * 16; /* the slice's first row in the tile */
+#pragma unroll 1
+                for (int k0 = 0; k0 < BK; k0 += 32) {
+                    mma_span<1, NF, MMA_E4M3, 32>(slot + r0 * L.a_pitch, L.a_pitch, bp, bpitch, k0, 0, wn, lane, part + i);
+                    flush_scaled<1, NF, SB>(asc + r0 * SC_SLOT, b_sc, k0 / 32, rows_valid - r0, 0, wn, lane, acc + i,
+                                            part + i);
+                }
             }
-            if (SB == 128) flush_scaled<MI, NF, SB>(a_sc + ((kt * L.a_sc) & 15), b_sc, 0, rows_valid, wm, wn, lane, acc, part);
         }
     }
     cp_async_wait<0>();
