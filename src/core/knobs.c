@@ -55,13 +55,17 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
  * each element over K in the same order with the same bits. With device-side
  * token counts the host bound max_tokens_per_rank is used. GEMM CTAs per SM:
  * 0, as many as fit (the occupancy calculator). */
+/* The layer can run the split backend's 128-row TMA + wgmma tile (bf16). */
+static int wgmma_tile_ok(moe_ep_layer_t l)
+{
+    return l->cfg.backend != MOE_EP_BACKEND_MEGA && l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0;
+}
+
 static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     int64_t experts = l->num_local_experts;
     if (rows <= 24 * experts) return make_knobs(16, 0);
-    if (l->cfg.backend != MOE_EP_BACKEND_MEGA && l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 &&
-        rows >= 128 * experts)
-        return make_knobs(128, 0);
+    if (wgmma_tile_ok(l) && rows >= 128 * experts) return make_knobs(128, 0);
     return make_knobs(64, 0);
 }
 
@@ -225,9 +229,11 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
         memset(&l->knobs_forced, 0, sizeof l->knobs_forced); /* size 0: off */
         return MOE_EP_SUCCESS;
     }
-    MOE_EP_REQUIRE(tile_ok(knobs->gemm_tile_rows) &&
+    int tile = knobs->gemm_tile_rows;
+    MOE_EP_REQUIRE((tile_ok(tile) || (tile == 128 && wgmma_tile_ok(l))) &&
                        (knobs->gemm_ctas_per_sm == 0 || ctas_ok(knobs->gemm_ctas_per_sm)),
-                   "forced knobs (%d, %d): tile rows 16 or 64, CTAs per SM 0..4",
+                   "forced knobs (%d, %d): tile rows 16 or 64 (128: the heuristic's wgmma tile, "
+                   "split bf16), CTAs per SM 0..4",
                    knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     l->knobs_forced = make_knobs(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;

@@ -42,7 +42,8 @@ moe_ep_status_t moe_ep_knobs_set_tuned(moe_ep_layer_t l, int tokens, const moe_e
                                        double us);
 
 /* Tools (moe_ep tune): run every forward with exactly these knobs (tile rows
- * 16 or 64, CTAs per SM 0..4, 0 = occupancy), or as usual again after NULL. */
+ * 16 or 64, or 128 where the heuristic would pick it; CTAs per SM 0..4, 0 =
+ * occupancy), or as usual again after NULL. */
 moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs);
 /* The built-in heuristic for T tokens on every local rank (launch values). */
 moe_ep_status_t moe_ep_knobs_heuristic(moe_ep_layer_t l, int tokens, moe_ep_knobs_t *knobs);

@@ -231,7 +231,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         if (!ok) return false;
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }
-    gemm_tile<BM, MEGA_BN, MODE, SB>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
+    gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     const mega_ctx c = ctx_of(a, sh);
     block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
     return true;

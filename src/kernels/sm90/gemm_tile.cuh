@@ -318,8 +318,9 @@ __device__ __forceinline__ void gemm_tables_init(const gemm_args &g, uint8_t *sm
  * with the fused epilogue. Every thread of the block calls it (blockDim.x ==
  * gemm_threads<BM, BN, NF>()); it ends synchronised, shared memory free again.
  * NF: 8-column MMA fragments per warp (4, or 8 for half the warps with twice
- * the registers each); the tile's bits do not depend on it. */
-template <int BM, int BN, int MODE, int SB, int NF = 4>
+ * the registers each). SLICED (MX FP8 modes): partial sums one 16-row slice
+ * at a time. The tile's bits depend on neither. */
+template <int BM, int BN, int MODE, int SB, bool SLICED = false, int NF = 4>
 __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int e, int64_t row0, int rows_valid, int n0)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
@@ -376,7 +377,16 @@ __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int
             for (int k0 = 0; k0 < BK; k0 += 32)
                 mma_span<MI, NF, MMA_E4M3, 32>(slot, L.a_pitch, b_slot, L.b_pitch, k0, wm, wn, lane, part);
             flush_scaled<MI, NF, SB>(a_sc + ((kt * L.a_sc) & 15), b_sc, 0, rows_valid, wm, wn, lane, acc, part);
-        } else { /* MX scales: one 16-row slice at a time, so only its partial sums are live */
+        } else if (!SLICED) { /* MX scales */
+            const uint8_t *bp = b_fp4 ? Bq : b_slot;
+            int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
+#pragma unroll 1
+            for (int k0 = 0; k0 < BK; k0 += 32) {
+                mma_span<MI, NF, MMA_E4M3, 32>(slot, L.a_pitch, bp, bpitch, k0, wm, wn, lane, part);
+                flush_scaled<MI, NF, SB>(a_sc + ((kt * L.a_sc) & 15), b_sc, k0 / 32, rows_valid, wm, wn, lane, acc, part);
+            }
+        } else { /* MX scales, one 16-row slice at a time: only its partial sums live
+                    (fewer registers, more B fragment loads: the split kernel is faster without) */
             const uint8_t *bp = b_fp4 ? Bq : b_slot, *asc = a_sc + ((kt * L.a_sc) & 15);
             int bpitch = b_fp4 ? BK + 16 : L.b_pitch;
 #pragma unroll
