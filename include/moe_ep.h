@@ -83,7 +83,7 @@ typedef enum moe_ep_wire {
 typedef enum moe_ep_backend {
     MOE_EP_BACKEND_REFERENCE = 0, /* CPU oracle: host pointers everywhere              */
     MOE_EP_BACKEND_SPLIT = 1,     /* GPU: communication, then separate kernels         */
-    MOE_EP_BACKEND_MEGA = 2,      /* GPU: one persistent kernel per forward            */
+    MOE_EP_BACKEND_MEGA = 2,      /* GPU: one persistent kernel per forward (H % 256 == 0) */
     MOE_EP_BACKEND_COUNT_ = 3
 } moe_ep_backend_t;
 
@@ -196,8 +196,10 @@ typedef struct moe_ep_layer_s *moe_ep_layer_t;
  * format in docs/knobs.md. */
 typedef struct moe_ep_knobs {
     size_t size;          /* sizeof(moe_ep_knobs_t), set by MOE_EP_KNOBS_INIT */
-    int gemm_tile_rows;   /* rows per grouped-GEMM tile: 16 or 64 */
-    int gemm_ctas_per_sm; /* resident GEMM CTAs per SM: 1..4, capped by occupancy */
+    int gemm_tile_rows;   /* rows per grouped-GEMM tile: 16 or 64 (mega: 64 means its large
+                             tile, 32 rows for bf16 and fp8_block; docs/knobs.md) */
+    int gemm_ctas_per_sm; /* resident GEMM CTAs per SM (mega: blocks per SM): 1..4,
+                             capped by occupancy */
 } moe_ep_knobs_t;
 
 #define MOE_EP_KNOBS_INIT { sizeof(moe_ep_knobs_t), 0, 0 }
@@ -226,7 +228,7 @@ typedef struct moe_ep_layer_config {
     float fc1_input_scale;   /* for x                                                  */
     float fc2_input_scale;   /* for the SwiGLU output a                                */
     int num_threads;         /* reference backend: worker threads, 0 = all cores       */
-    double timeout_seconds;  /* bound on every wait inside a kernel, 0 = default 10 s  */
+    double timeout_seconds;  /* bound on every wait (mega kernel, NCCL), 0 = default 10 s */
     const moe_ep_knobs_t *knobs; /* explicit knobs (copied at creation), NULL = none   */
     int autotune;            /* 1: time knob candidates at first use (GPU backends)    */
 } moe_ep_layer_config_t;
