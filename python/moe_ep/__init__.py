@@ -2,6 +2,8 @@
 
 Imports without torch, numpy or the library itself; the library is loaded at
 first use from $MOE_EP_LIBRARY or from this package (see _lib.library_path).
+MoEEpLayer(..., process_group=pg) alone needs torch (torch.distributed): it makes
+an NCCL group of pg's ranks (see layer.py).
 """
 from ._lib import MoEEpError, library_path, version
 from .codec import (dequantize, dequantize_fp8_block_weight, nvfp4_global_scale, quantize,

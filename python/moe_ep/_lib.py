@@ -49,6 +49,12 @@ class ExpertWeights(ctypes.Structure):
                 ("w2_scales", c_void_p), ("w2_global_scale", c_void_p)]
 
 
+class UniqueId(ctypes.Structure):
+    """moe_ep_unique_id_t: bytes(uid) is its MOE_EP_UNIQUE_ID_BYTES bytes,
+    UniqueId.from_buffer_copy(data) makes one from them."""
+    _fields_ = [("internal", ctypes.c_char * 128)]  # MOE_EP_UNIQUE_ID_BYTES
+
+
 class ForwardArgs(ctypes.Structure):
     # Each pointer below points at an array indexed by local rank.
     _fields_ = [("size", c_size_t), ("num_tokens", POINTER(c_int32)),
@@ -68,6 +74,8 @@ _SIGNATURES = {  # name: (restype, argtypes); None restype = moe_ep_status_t (in
     "moe_ep_dequantize_fp8_block_weight": (c_int, [_P, _P, _I64, _I64, _P]),
     "moe_ep_nvfp4_global_scale": (c_float, [c_float]),
     "moe_ep_group_create_emulated": (c_int, [c_int, c_int, POINTER(_P)]),
+    "moe_ep_get_unique_id": (c_int, [POINTER(UniqueId)]),
+    "moe_ep_group_create_from_id": (c_int, [POINTER(UniqueId), c_int, c_int, c_int, POINTER(_P)]),
     "moe_ep_group_destroy": (c_int, [_P]),
     "moe_ep_group_local_ranks": (c_int, [_P, POINTER(c_int), POINTER(c_int)]),
     "moe_ep_group_get_async_error": (c_int, [_P, POINTER(c_int)]),

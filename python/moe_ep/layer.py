@@ -1,4 +1,10 @@
-"""MoEEpLayer: one MoE layer with expert parallelism over libmoe_ep (ctypes)."""
+"""MoEEpLayer: one MoE layer with expert parallelism over libmoe_ep (ctypes).
+
+Groups: an emulated group (world_size=R, emulated=True: R ranks in this process,
+forward takes lists), or an NCCL group of one rank per process and GPU
+(process_group=pg, a torch.distributed group: rank 0 of pg makes the NCCL unique
+id, every rank receives it through pg and creates its rank of the group).
+"""
 import sys
 from math import prod
 from ctypes import byref, c_float, c_int, c_int32, c_void_p, pointer, sizeof
@@ -6,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from . import _lib
-from ._lib import ExpertWeights, ForwardArgs, Knobs, LayerConfig
+from ._lib import ExpertWeights, ForwardArgs, Knobs, LayerConfig, MoEEpError, UniqueId
 from ._tensor import empty_like, expect, host_buffer, view
 from .codec import data_shape, scale_shape
 
@@ -25,13 +31,24 @@ class ReferenceConfig:
 
 
 @dataclass(frozen=True)
+class NcclEpConfig:
+    """Communication through NCCL, as SplitConfig(comm=NcclEpConfig()) or MegaConfig(comm=...):
+    the layer's group is an NCCL group (one rank per process and GPU), never an emulated one.
+    With process_group= that is what happens anyway; without, it is an NCCL group of one
+    rank (world_size 1) in this process. Builds without NCCL raise MoEEpError
+    (MOE_EP_ERROR_UNSUPPORTED)."""
+
+
+@dataclass(frozen=True)
 class SplitConfig:
     """GPU: communication, then separate kernels. knobs: None or a dict with
-    gemm_tile_rows / gemm_ctas_per_sm (docs/knobs.md); autotune: time candidates at first use."""
+    gemm_tile_rows / gemm_ctas_per_sm (docs/knobs.md); autotune: time candidates at first use;
+    comm: None (NCCL with process_group=, else emulated) or NcclEpConfig() (NCCL always)."""
     path: str = "bf16"
     combine: str = "bf16"
     knobs: Optional[dict] = None
     autotune: bool = False
+    comm: Optional[NcclEpConfig] = None
     backend: ClassVar[str] = "split"
 
 
@@ -41,19 +58,55 @@ class MegaConfig(SplitConfig):
     backend: ClassVar[str] = "mega"
 
 
-@dataclass(frozen=True)
-class NcclEpConfig:
-    """NCCL EP as the layer's communication backend: libmoe_ep has no such backend
-    yet, so MoEEpLayer refuses it with NotImplementedError."""
-    path: str = "bf16"
-    combine: str = "bf16"
-    backend: ClassVar[str] = "nccl_ep"
-
-
 def _name_index(names, value, what):
     if value not in names:
         raise ValueError(f"{what} {value!r} not one of {', '.join(names)}")
     return names.index(value)
+
+
+def _torch_distributed(process_group):
+    """torch.distributed, once process_group is known to be one of its groups."""
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        raise ImportError("moe_ep: process_group= takes a torch.distributed process group, "
+                          "and torch is not installed") from e
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("moe_ep: process_group=: torch.distributed is not initialized "
+                           "(call torch.distributed.init_process_group first)")
+    if not isinstance(process_group, dist.ProcessGroup):
+        raise TypeError("moe_ep: process_group must be a torch.distributed.ProcessGroup, got "
+                        f"{type(process_group).__name__}")
+    return dist
+
+
+def _nccl_group(device, process_group=None, world=1, rank=0):
+    """A new NCCL group's handle, this process being rank `rank` of `world` on CUDA device
+    `device`: process_group's ranks (collective over it), or this process alone when None."""
+    uid, group = UniqueId(), c_void_p()
+    if process_group is None:
+        _lib.call("moe_ep_get_unique_id", byref(uid))
+    else:
+        dist = _torch_distributed(process_group)
+        payload = None
+        if rank == 0:  # its error travels too, so that no rank waits for an id that never comes
+            try:
+                _lib.call("moe_ep_get_unique_id", byref(uid))
+                payload = bytes(uid)
+            except MoEEpError as e:
+                payload = (e.status, e.message)
+        gathered = [None] * world
+        dist.all_gather_object(gathered, payload, group=process_group)
+        payload = gathered[0]
+        if isinstance(payload, tuple):
+            raise MoEEpError(payload[0], payload[1] + " (on rank 0 of process_group)",
+                             "moe_ep_get_unique_id")
+        if not isinstance(payload, bytes) or len(payload) != sizeof(UniqueId):
+            raise RuntimeError(f"moe_ep: rank 0 of process_group sent {type(payload).__name__}, "
+                               f"not the {sizeof(UniqueId)} bytes of an NCCL unique id")
+        uid = UniqueId.from_buffer_copy(payload)
+    _lib.call("moe_ep_group_create_from_id", byref(uid), world, rank, device, byref(group))
+    return group
 
 
 def _torch_stream(device):
@@ -70,7 +123,11 @@ class MoEEpLayer:
     local experts, a dict of pre-quantized arrays (keys as moe_ep_expert_weights_t: w13,
     w13_scales, w13_global_scale, w2, ...), or a list of those, one per local rank.
     world_size=R with emulated=True runs R ranks in this process; forward then takes and
-    returns lists of R per-rank tensors.
+    returns lists of R per-rank tensors. process_group=pg (a torch.distributed group; split,
+    or mega at world size 1) makes an NCCL group of pg's ranks, this process being rank pg.rank() on
+    device (default torch.cuda.current_device()); forward then takes this rank's tensors.
+    On an NCCL group creation, forward and close() are collective: every rank of pg makes
+    them, in the same order (close explicitly or with `with`, not by garbage collection).
     """
 
     def __init__(self, num_experts, top_k, hidden, intermediate, max_tokens_per_rank, *,
@@ -78,15 +135,34 @@ class MoEEpLayer:
                  device=None, swiglu_limit=0.0, fc1_input_scale=0.0, fc2_input_scale=0.0,
                  timeout_seconds=0.0):
         self._layer = self._group = None
-        if process_group is not None or (world_size != 1 and not emulated):
-            raise NotImplementedError("moe_ep: NCCL groups (one rank per process) are not in the "
-                                      "C API yet; use world_size=R, emulated=True")
         self.backend = backend if backend is not None else ReferenceConfig()
         if isinstance(self.backend, NcclEpConfig):
-            raise NotImplementedError("moe_ep: the C library has no NCCL EP backend yet; use "
-                                      "ReferenceConfig, SplitConfig or MegaConfig")
+            raise TypeError("NcclEpConfig chooses the communication, not the backend: pass "
+                            "SplitConfig(comm=NcclEpConfig()) or MegaConfig(comm=NcclEpConfig())")
         if not isinstance(self.backend, (ReferenceConfig, SplitConfig)):
             raise TypeError("backend must be a ReferenceConfig, SplitConfig or MegaConfig")
+        comm = getattr(self.backend, "comm", None)
+        if comm is not None and not isinstance(comm, NcclEpConfig):
+            raise TypeError(f"comm must be None or NcclEpConfig(), got {type(comm).__name__}")
+        nccl = process_group is not None or comm is not None
+        if nccl and emulated:
+            raise ValueError("emulated=True excludes an NCCL group (process_group= or "
+                             "comm=NcclEpConfig())")
+        if nccl and isinstance(self.backend, ReferenceConfig):
+            raise ValueError("process_group=: the reference backend runs on emulated groups only; "
+                             "NCCL groups take SplitConfig or MegaConfig")
+        pg_rank = 0
+        if process_group is not None:
+            dist = _torch_distributed(process_group)
+            pg_size, pg_rank = dist.get_world_size(group=process_group), dist.get_rank(group=process_group)
+            if pg_rank < 0:
+                raise ValueError("process_group: this process is not one of its ranks")
+            if world_size not in (1, pg_size):
+                raise ValueError(f"world_size {world_size} differs from process_group's size {pg_size}")
+            world_size = pg_size
+        elif world_size != 1 and (nccl or not emulated):
+            raise ValueError(f"world_size={world_size} needs emulated=True (all ranks in this "
+                             "process) or process_group= (one rank per process)")
         self.num_experts, self.top_k, self.hidden = num_experts, top_k, hidden
         self.intermediate, self.max_tokens_per_rank, self.world_size = intermediate, max_tokens_per_rank, world_size
         self.path = self.backend.path
@@ -105,7 +181,10 @@ class MoEEpLayer:
             if self.backend.knobs:
                 cfg.knobs = pointer(Knobs(sizeof(Knobs), **self.backend.knobs))  # copied by create
         group, layer, first, local = c_void_p(), c_void_p(), c_int(), c_int()
-        _lib.call("moe_ep_group_create_emulated", world_size, self.device, byref(group))
+        if nccl:
+            group = _nccl_group(self.device, process_group, world_size, pg_rank)
+        else:
+            _lib.call("moe_ep_group_create_emulated", world_size, self.device, byref(group))
         self._group = group
         try:
             _lib.call("moe_ep_group_local_ranks", group, byref(first), byref(local))

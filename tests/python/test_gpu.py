@@ -5,12 +5,17 @@ Run: python3 tests/python/test_gpu.py, or pytest tests/python.
 The split backend against a float64 layer in torch with the rounding points of
 docs/formats.md (taken through the library's host codec on CPU tensors),
 CUDA-graph capture + replay against eager, emulated R=2 against R=1 (bit for
-bit), and the mega backend (against torch, and byte for byte against split)."""
+bit), the mega backend (against torch, and byte for byte against split), and
+NCCL groups of one rank made through a torch.distributed process group (byte for
+byte against the emulated group of one)."""
+import functools
 import itertools
+import os
+import tempfile
 
 import _harness
 import moe_ep
-from moe_ep import MegaConfig, MoEEpError, MoEEpLayer, SplitConfig
+from moe_ep import MegaConfig, MoEEpError, MoEEpLayer, NcclEpConfig, SplitConfig
 
 E, K, H, I, T = 16, 4, 512, 256, 40  # geometry of tests/gpu/test_split.c
 LIMIT = 7.0
@@ -160,6 +165,45 @@ def test_mega_equals_split():
                 outs.append(lay(*fx.cuda()))
         torch.cuda.synchronize()
         assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), (path, wire)
+
+
+def test_process_group_equals_emulated():
+    """process_group= with a gloo group of one process (rank 0 makes the NCCL id, the group
+    hands it out, the layer makes an NCCL group of one) and SplitConfig(comm=NcclEpConfig())
+    without one: byte for byte the emulated group of one, split and mega."""
+    torch = cuda_torch()
+    import torch.distributed as dist
+    if not dist.is_available():
+        raise _harness.SkipTest("torch.distributed is not available")
+    if dist.is_initialized():
+        raise _harness.SkipTest("torch.distributed is already initialized")
+    fx = Fixture(torch)
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "store"),
+                                world_size=1, rank=0)
+        try:
+            pg = dist.group.WORLD
+            for path, wire in (("w4a8", "mxfp8"), ("nvfp4", "fp4"), ("bf16", "bf16")):
+                for backend in (SplitConfig, MegaConfig):  # split first: it skips where unsupported
+                    outs = []
+                    for cfg, kw in ((backend, {}),                     # emulated, the expected bytes
+                                    (backend, {"process_group": pg}),
+                                    (functools.partial(backend, comm=NcclEpConfig()), {})):
+                        try:
+                            with layer(path, wire, backend=cfg, weights=(fx.w13, fx.w2), **kw) as lay:
+                                assert (lay.world_size, lay.first_rank, lay.num_local_ranks) == (1, 0, 1)
+                                outs.append(lay(*fx.cuda()))
+                                lay.check_async_error()
+                        except MoEEpError as e:
+                            if "without NCCL" in e.message:
+                                raise _harness.SkipTest(e.message)
+                            raise
+                    torch.cuda.synchronize()
+                    for got in outs[1:]:
+                        assert torch.equal(got.view(torch.int16), outs[0].view(torch.int16)), \
+                            (backend.__name__, path, wire)
+        finally:
+            dist.destroy_process_group()
 
 
 def test_bad_tensors_refused():

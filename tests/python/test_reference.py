@@ -5,6 +5,7 @@ or pytest tests/python.
 The oracle is an independent float64 layer in pure Python with the rounding
 points of docs/formats.md, "Rounding points of the layer", taken through the
 library's host codec, as tests/cpu/test_layer.c does."""
+import ctypes
 import random
 from array import array
 from math import exp, sqrt
@@ -267,10 +268,109 @@ def test_library_errors_become_moe_ep_error():
     assert e.call == "moe_ep_layer_create", e  # 6 experts on 4 ranks
 
 
-def test_unsupported_groups_and_backends():
-    expect_raises(NotImplementedError, MoEEpLayer, E, K, H, I, 8, process_group=object())
-    expect_raises(NotImplementedError, MoEEpLayer, E, K, H, I, 8, world_size=2)
-    expect_raises(NotImplementedError, MoEEpLayer, E, K, H, I, 8, backend=moe_ep.NcclEpConfig())
+def test_bad_group_arguments_refused():
+    split, nccl = moe_ep.SplitConfig, moe_ep.NcclEpConfig()
+    e = expect_raises((ImportError, RuntimeError, TypeError), MoEEpLayer, E, K, H, I, 8,
+                      process_group=object(), backend=split(), device=0)
+    assert "process_group" in str(e), e  # no torch, torch.distributed not initialized, not a group
+    expect_raises(ValueError, MoEEpLayer, E, K, H, I, 8, process_group=object())  # reference backend
+    expect_raises(ValueError, MoEEpLayer, E, K, H, I, 8, world_size=2)            # neither kind
+    expect_raises(TypeError, MoEEpLayer, E, K, H, I, 8, backend=nccl)             # not a backend
+    expect_raises(TypeError, MoEEpLayer, E, K, H, I, 8, backend=split(comm="nccl"), device=0)
+    expect_raises(ValueError, MoEEpLayer, E, K, H, I, 8, backend=split(comm=nccl), device=0,
+                  world_size=2)  # an NCCL group of more than one rank needs process_group=
+    expect_raises(ValueError, MoEEpLayer, E, K, H, I, 8, backend=split(comm=nccl), device=0,
+                  world_size=2, emulated=True)
+
+
+def test_nccl_comm_works_or_raises():
+    """SplitConfig(comm=NcclEpConfig()) alone: an NCCL group of one rank, or MoEEpError
+    (no GPU, or a build without NCCL: MOE_EP_ERROR_UNSUPPORTED)."""
+    try:
+        MoEEpLayer(E, K, H, I, 8, backend=moe_ep.SplitConfig(comm=moe_ep.NcclEpConfig()),
+                   device=0).close()
+    except MoEEpError as e:
+        print(f"  {e.call}: {e.status_name}: {e.message}")
+
+
+class FakeDistributed:
+    """torch.distributed as _nccl_group uses it, for one rank of a group of `world`."""
+
+    def __init__(self, rank, world, rank0_payload=None):
+        self.rank, self.world, self.rank0_payload, self.sent = rank, world, rank0_payload, []
+
+    def get_rank(self, group):
+        return self.rank
+
+    def get_world_size(self, group):
+        return self.world
+
+    def all_gather_object(self, out, obj, group):
+        assert group == "pg" and len(out) == self.world
+        self.sent.append(obj)
+        out[:] = [obj if r == self.rank else self.rank0_payload if r == 0 else None
+                  for r in range(self.world)]
+
+
+def bootstrap(rank, world, rank0_payload=None, id_error=None):
+    """A split layer on process_group "pg" as `rank` makes it, with torch.distributed and
+    the C calls faked: (fake torch.distributed, the C calls made, the id bytes created from)."""
+    fake, calls = FakeDistributed(rank, world, rank0_payload), []
+    id_bytes = bytes(range(100, 228))  # 128 bytes, NULs nowhere but bytes above 127 too
+
+    def call(name, *args):
+        calls.append(name)
+        if name == "moe_ep_get_unique_id":
+            if id_error:
+                raise MoEEpError(3, id_error, name)
+            ctypes.memmove(ctypes.addressof(args[0]._obj), id_bytes, len(id_bytes))
+        elif name == "moe_ep_group_create_from_id":
+            uid, w, r, dev, group = args
+            calls.append((bytes(uid._obj), w, r, dev))
+            group._obj.value = 0x1000
+        elif name == "moe_ep_group_local_ranks":
+            args[1]._obj.value, args[2]._obj.value = rank, 1
+        elif name == "moe_ep_layer_create":
+            args[2]._obj.value = 0x2000
+        elif name not in ("moe_ep_layer_destroy", "moe_ep_group_destroy"):
+            raise AssertionError(f"unexpected C call {name}")
+
+    real_call, real_dist = moe_ep._lib.call, moe_ep.layer._torch_distributed
+    moe_ep._lib.call, moe_ep.layer._torch_distributed = call, lambda pg: fake
+    try:
+        with MoEEpLayer(E, K, H, I, 8, process_group="pg", backend=moe_ep.SplitConfig(),
+                        device=0) as layer:
+            assert (layer.world_size, layer.first_rank, layer.num_local_ranks) == (world, rank, 1)
+            assert layer.experts_per_rank == E // world
+    except MoEEpError as e:
+        calls.append(e)
+    finally:
+        moe_ep._lib.call, moe_ep.layer._torch_distributed = real_call, real_dist
+    return fake, calls, id_bytes
+
+
+def test_process_group_bootstrap_passes_the_id():
+    fake, calls, id_bytes = bootstrap(0, 2)  # rank 0 makes the id and sends its 128 bytes
+    assert fake.sent == [id_bytes], fake.sent
+    assert calls[:3] == ["moe_ep_get_unique_id", "moe_ep_group_create_from_id",
+                         (id_bytes, 2, 0, 0)], calls
+    fake, calls, _ = bootstrap(1, 2, rank0_payload=id_bytes)  # rank 1 takes rank 0's
+    assert fake.sent == [None], fake.sent
+    assert calls[:2] == ["moe_ep_group_create_from_id", (id_bytes, 2, 1, 0)], calls
+    assert calls[2:] == ["moe_ep_group_local_ranks", "moe_ep_layer_create",
+                         "moe_ep_layer_destroy", "moe_ep_group_destroy"], calls
+
+
+def test_process_group_id_error_reaches_every_rank():
+    """A build without NCCL: rank 0's error goes through the group, so no rank waits."""
+    message = "unsupported: NCCL groups: moe_ep was built without NCCL"
+    fake, calls, _ = bootstrap(0, 2, id_error=message)
+    assert fake.sent == [(3, message)] and calls[0] == "moe_ep_get_unique_id", (fake.sent, calls)
+    assert isinstance(calls[-1], MoEEpError), calls
+    fake, calls, _ = bootstrap(1, 2, rank0_payload=(3, message))
+    e = calls[-1]
+    assert calls[:1] == [e] and e.status_name == "MOE_EP_ERROR_UNSUPPORTED", calls
+    assert message in e.message and e.call == "moe_ep_get_unique_id", e
 
 
 def test_gpu_backends_work_or_raise():
