@@ -37,27 +37,15 @@ struct mega_shared {
 /* Counters, the block's plan and the item's slots, derived from the args and
  * the shared block (rebuilt where needed: cheap, and nothing stays live). */
 struct mega_ctx {
-    const mega_shared *sh;
     int32_t *ctr, *ready, *g1_done, *g2_done;
     int32_t *off, *tile_off, *rows_s, *expert_s;
     int n_tok, tpi, n1, n2;
 };
 
-/* 0, unknown to the compiler: pointers built with it are recomputed where
- * used instead of being hoisted out of the item loop and kept live in
- * registers across the GEMM tile (which needs every register). */
-__device__ __forceinline__ int opaque_zero()
-{
-    int z;
-    asm volatile("mov.u32 %0, 0;\n" : "=r"(z));
-    return z;
-}
-
 __device__ __forceinline__ mega_ctx ctx_of(const moe_ep_mega_args_t &a, mega_shared *sh)
 {
     mega_ctx c;
-    c.sh = sh;
-    c.ctr = a.counters + opaque_zero(), c.ready = c.ctr + MOE_EP_MEGA_CTR_FIXED;
+    c.ctr = a.counters, c.ready = c.ctr + MOE_EP_MEGA_CTR_FIXED;
     c.g1_done = c.ready + a.d.E, c.g2_done = c.g1_done + a.max_m_tiles;
     c.off = (int32_t *)(sh + 1), c.tile_off = c.off + a.d.E + 1;
     c.rows_s = c.tile_off + a.d.E + 1, c.expert_s = c.rows_s + blockDim.x;
