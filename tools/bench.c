@@ -1,6 +1,7 @@
 /* `moe_ep bench`: measures the GPU's ceilings (copy bandwidth, dense BF16 and
  * FP8 GEMM rates) and then, for each geometry, the "EP8 slice on one GPU": a
- * world-size-1 layer with E/8 experts, top-K, T tokens routed uniformly. For
+ * world-size-1 layer with E/8 experts, top-K, T tokens routed uniformly (or,
+ * with --ranks R, an emulated group of R such ranks sharing the GPU). For
  * every path and backend it times the whole forward and the expert stage alone
  * and compares the expert stage with its floor,
  *   max(bytes / copy bandwidth, FLOPs / tensor rate). */
@@ -57,6 +58,7 @@ static int cublas_ok(cublasStatus_t s, const char *what, int line)
 typedef struct {
     const geometry_t *geos[SLICE_MAX_LIST];
     int ngeo, tokens[SLICE_MAX_LIST], ntok, npath, nback, iters, warmup;
+    int ranks; /* emulated ranks sharing the GPU, each with E/8 experts (1: the EP8 slice) */
     moe_ep_path_t paths[MOE_EP_PATH_COUNT_];
     moe_ep_backend_t backends[MOE_EP_BACKEND_COUNT_];
     moe_ep_wire_t wire;
@@ -67,8 +69,10 @@ static void usage_bench(void)
 {
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
-           "                    [--wire bf16|mxfp8|fp4] [--iters N] [--warmup N] [--out FILE]\n"
+           "                    [--wire bf16|mxfp8|fp4] [--ranks R] [--iters N] [--warmup N] [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
+           "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
+           "  tokens routed uniformly over all R E/8 experts (R = 8: the emulated EP8 group).\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -115,6 +119,7 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
     if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
+    if (strcmp(k, "--ranks") == 0) return (o->ranks = atoi(v)) >= 1 && o->ranks <= SLICE_MAX_RANKS ? 0 : -1;
     return -2;
 }
 
@@ -126,7 +131,7 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
     parse_tokens(o, "8,64,512,2048,8192");
     parse_paths(o, "all");
     parse_backends(o, "split");
-    o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5;
+    o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1;
     return slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
 }
 
@@ -338,6 +343,7 @@ static double floor_us(const slice_t *sl, const ceilings_t *c, moe_ep_path_t p, 
     double bytes = experts_hit(sl, T) * 3.0 * H * I * weight_bytes_per_elem(p) + 2.0 * T * H * 2.0 +
                    rows * H * act_bytes_per_elem(p) + rows * H * wire_bytes_per_elem(w);
     double flops = 2.0 * rows * 3.0 * H * I;
+    bytes *= sl->R, flops *= sl->R; /* R ranks: R times the slice's experts, tokens and rows */
     double rate = uses_fp8_tensor_cores(p) ? c->fp8_flops : c->bf16_flops;
     double t_bytes = bytes / c->copy_bps, t_flops = flops / rate;
     return 1e6 * (t_bytes > t_flops ? t_bytes : t_flops);
@@ -370,7 +376,7 @@ static void bench_layer(const bench_opts_t *o, const slice_t *sl, const ceilings
 {
     moe_ep_group_t g = NULL;
     moe_ep_layer_t l = NULL;
-    int ok = slice_layer_ok(moe_ep_group_create_emulated(1, 0, &g), "moe_ep_group_create_emulated");
+    int ok = slice_layer_ok(moe_ep_group_create_emulated(sl->R, 0, &g), "moe_ep_group_create_emulated");
     ok = ok && slice_layer_ok(slice_create_layer(sl, p, o->wire, b, g, s, &l), "layer create/load");
     for (int t = 0; t < o->ntok; t++) {
         cell_t *cell = &cells[t * stride];
@@ -407,7 +413,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
         return;
     }
     slice_t sl;
-    if (slice_make(&sl, g, max_tokens(o)))
+    if (slice_make(&sl, g, max_tokens(o), o->ranks))
         for (int p = 0; p < o->npath; p++)
             for (int b = 0; b < o->nback; b++)
                 bench_layer(o, &sl, ce, o->paths[p], o->backends[b], s, &cells[p * o->nback + b],
@@ -461,8 +467,13 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
     fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
     fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): %.0f TFLOP/s%s%s\n",
             c->fp8_flops / 1e12, c->fp8_estimated ? " -- " : "", c->fp8_estimated ? c->fp8_note : "");
-    fprintf(f, "- EP8 slice on one GPU: E/8 experts, top-K, world size 1, T tokens (T*K rows), uniform routing;"
-               " wire %s; median of %d iterations after %d warm-up; L2 flushed before each timed call;"
+    if (o->ranks == 1)
+        fprintf(f, "- EP8 slice on one GPU: E/8 experts, top-K, world size 1, T tokens (T*K rows), uniform routing;");
+    else
+        fprintf(f, "- emulated group of %d ranks on one GPU, E/8 experts each (the slice's weights on every rank),"
+                   " T tokens per rank routed uniformly over all %d x E/8 experts; floor = %d x the slice's;",
+                o->ranks, o->ranks, o->ranks);
+    fprintf(f, " wire %s; median of %d iterations after %d warm-up; L2 flushed before each timed call;"
                " inputs rotate over >= 2 sets\n", moe_ep_wire_name(o->wire), o->iters, o->warmup);
     fprintf(f, "- floor = max(bytes / copy bandwidth, FLOPs / tensor rate); FLOPs = 2*rows*3*H*I; bytes ="
                " weights of the experts hit (path format) + x and out (bf16) + rows*H (activation format)"

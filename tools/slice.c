@@ -179,6 +179,25 @@ static int make_checkpoint(slice_t *sl)
     return 1;
 }
 
+/* Each rank's ids (R > 1: spread over the experts of every rank) and output. */
+static int make_rank_inputs(slice_t *sl, dset_t *d)
+{
+    size_t kn = (size_t)sl->maxT * (size_t)sl->K, xn = (size_t)sl->maxT * (size_t)sl->H;
+    d->rank_ids[0] = d->ids, d->rank_out[0] = d->out;
+    if (sl->R == 1) return 1;
+    int32_t *h = malloc(sizeof(int32_t) * kn);
+    int ok = h != NULL;
+    for (int q = 0; ok && q < sl->R; q++) {
+        for (size_t j = 0; j < kn; j++) /* j = t K + k */
+            h[j] = d->host_ids[j] + sl->E8 * (int32_t)(((size_t)q + j) % (size_t)sl->R);
+        ok = CK(cudaMalloc((void **)&d->rank_ids[q], sizeof(int32_t) * kn)) &&
+             CK(cudaMemcpy(d->rank_ids[q], h, sizeof(int32_t) * kn, cudaMemcpyHostToDevice)) &&
+             (q == 0 || CK(cudaMalloc((void **)&d->rank_out[q], sizeof(uint16_t) * xn)));
+    }
+    free(h);
+    return ok;
+}
+
 static int make_set(slice_t *sl, int i)
 {
     dset_t *d = &sl->sets[i];
@@ -197,7 +216,7 @@ static int make_set(slice_t *sl, int i)
     ok = ok && CK(cudaMemcpy(d->ids, d->host_ids, sizeof(int32_t) * kn, cudaMemcpyHostToDevice));
     ok = ok && CK(cudaMemcpy(d->wt, hw, sizeof(float) * kn, cudaMemcpyHostToDevice));
     free(hx), free(hw);
-    return ok;
+    return ok && make_rank_inputs(sl, d);
 }
 
 void slice_free(slice_t *sl)
@@ -207,6 +226,10 @@ void slice_free(slice_t *sl)
         void *bufs[] = {d->x, d->out, d->ids, d->wt};
         for (int j = 0; j < 4; j++)
             if (bufs[j]) CK(cudaFree(bufs[j]));
+        for (int q = 0; q < SLICE_MAX_RANKS && sl->R > 1; q++) {
+            if (d->rank_ids[q]) CK(cudaFree(d->rank_ids[q]));
+            if (q > 0 && d->rank_out[q]) CK(cudaFree(d->rank_out[q]));
+        }
         free(d->host_ids);
     }
     if (sl->flush) CK(cudaFree(sl->flush));
@@ -214,12 +237,12 @@ void slice_free(slice_t *sl)
     memset(sl, 0, sizeof *sl);
 }
 
-int slice_make(slice_t *sl, const geometry_t *g, int maxT)
+int slice_make(slice_t *sl, const geometry_t *g, int maxT, int R)
 {
     int l2 = 0;
     memset(sl, 0, sizeof *sl);
     sl->g = g, sl->E8 = g->num_experts / 8, sl->K = g->top_k, sl->H = g->hidden, sl->I = g->intermediate;
-    sl->maxT = maxT;
+    sl->maxT = maxT, sl->R = R < 1 ? 1 : R > SLICE_MAX_RANKS ? SLICE_MAX_RANKS : R;
     if (!CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0))) return 0;
     sl->flush_bytes = 2 * (size_t)l2;
     double set_bytes = (double)maxT * sl->H * 4.0 + (double)maxT * sl->K * 8.0;
@@ -235,9 +258,12 @@ int slice_make(slice_t *sl, const geometry_t *g, int maxT)
 
 static moe_ep_status_t load_slice_weights(moe_ep_layer_t l, const slice_t *sl, cudaStream_t s)
 {
-    moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
-    w.first_expert = 0, w.num_experts = sl->E8, w.w13 = sl->w13, w.w2 = sl->w2;
-    moe_ep_status_t st = moe_ep_layer_load_experts(l, &w, (moe_ep_stream_t)s);
+    moe_ep_status_t st = MOE_EP_SUCCESS;
+    for (int q = 0; q < sl->R && st == MOE_EP_SUCCESS; q++) { /* every rank: the slice's experts */
+        moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
+        w.first_expert = q * sl->E8, w.num_experts = sl->E8, w.w13 = sl->w13, w.w2 = sl->w2;
+        st = moe_ep_layer_load_experts(l, &w, (moe_ep_stream_t)s);
+    }
     if (st == MOE_EP_SUCCESS && !CK(cudaStreamSynchronize(s))) st = MOE_EP_ERROR_CUDA;
     return st;
 }
@@ -246,7 +272,7 @@ moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wi
                                    moe_ep_group_t g, cudaStream_t s, moe_ep_layer_t *l)
 {
     moe_ep_layer_config_t c = MOE_EP_LAYER_CONFIG_INIT;
-    c.num_experts = sl->E8, c.top_k = sl->K, c.hidden = sl->H, c.intermediate = sl->I;
+    c.num_experts = sl->E8 * sl->R, c.top_k = sl->K, c.hidden = sl->H, c.intermediate = sl->I;
     c.max_tokens_per_rank = sl->maxT, c.path = p, c.wire = w, c.backend = b;
     c.swiglu_limit = sl->g->swiglu_limit;
     /* NVFP4 static activation scales: x ~ N(0, 1) (amax about 5), SwiGLU output amax about 16. */
@@ -267,13 +293,15 @@ int slice_forward_step(void *ctx, int iter, cudaStream_t s)
 {
     const run_ctx_t *c = ctx;
     const dset_t *d = &c->sl->sets[iter % c->sl->nsets];
-    const uint16_t *x = d->x;
-    const int32_t *ids = d->ids;
-    const float *wt = d->wt;
-    uint16_t *out = d->out;
-    int32_t nt = c->T;
+    const uint16_t *x[SLICE_MAX_RANKS];
+    const int32_t *ids[SLICE_MAX_RANKS];
+    const float *wt[SLICE_MAX_RANKS];
+    uint16_t *out[SLICE_MAX_RANKS];
+    int32_t nt[SLICE_MAX_RANKS];
+    for (int q = 0; q < c->sl->R; q++)
+        x[q] = d->x, ids[q] = d->rank_ids[q], wt[q] = d->wt, out[q] = d->rank_out[q], nt[q] = c->T;
     moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
-    a.num_tokens = &nt, a.x = &x, a.topk_ids = &ids, a.topk_weights = &wt, a.out = &out;
+    a.num_tokens = nt, a.x = x, a.topk_ids = ids, a.topk_weights = wt, a.out = out;
     return slice_layer_ok(moe_ep_layer_forward(c->layer, &a, (moe_ep_stream_t)s), "moe_ep_layer_forward");
 }
 

@@ -57,30 +57,42 @@ typedef int (*step_fn)(void *ctx, int iter, cudaStream_t s);
 int slice_time_steps(void *ctx, step_fn pre, step_fn op, int warmup, int iters, cudaStream_t s,
                      double *median_us);
 
-/* One input set on the device: x, ids, weights, out for max T tokens. */
+#define SLICE_MAX_RANKS 8
+
+/* One input set on the device: x, ids, weights, out for max T tokens. With R
+ * emulated ranks, every rank takes the same x and weights, its own ids
+ * (rank_ids[q]: the slice's ids moved onto the experts of rank
+ * (q + t K + k) % R, so routing stays uniform over all R E/8 experts) and its
+ * own out. */
 typedef struct {
     uint16_t *x, *out;
     int32_t *ids;
     float *wt;
     int32_t *host_ids; /* [max T][K], for counting the experts hit */
+    int32_t *rank_ids[SLICE_MAX_RANKS]; /* R > 1: [max T][K] each */
+    uint16_t *rank_out[SLICE_MAX_RANKS]; /* R > 1: [max T][H] each (rank 0: out) */
 } dset_t;
 
 typedef struct {
     const geometry_t *g;
     int E8, K, H, I, maxT, nsets;
+    int R;              /* emulated ranks, each with E/8 experts (1: the EP8 slice) */
     uint16_t *w13, *w2; /* host bf16 checkpoint [E8][2I][H], [E8][H][I] */
     dset_t sets[SLICE_MAX_SETS];
     void *flush;
     size_t flush_bytes;
 } slice_t;
 
-/* The slice of geometry g (E % 8 == 0 and K <= E/8) for up to maxT tokens:
- * the checkpoint, and enough input sets that the largest T's inputs do not
- * all fit in twice the L2. Returns 1 on success; free with slice_free. */
-int slice_make(slice_t *sl, const geometry_t *g, int maxT);
+/* The slice of geometry g (E % 8 == 0 and K <= E/8) for up to maxT tokens on
+ * each of R emulated ranks (1..8; R = 8: the whole layer's experts on one
+ * GPU, every rank loading the slice's checkpoint): the checkpoint, and enough
+ * input sets that the largest T's inputs do not all fit in twice the L2.
+ * Returns 1 on success; free with slice_free. */
+int slice_make(slice_t *sl, const geometry_t *g, int maxT, int R);
 void slice_free(slice_t *sl);
 
-/* A slice layer (world size 1, E/8 experts) with its weights loaded. */
+/* A slice layer (an emulated group of sl->R ranks with E/8 experts each) with
+ * its weights loaded; g must be an emulated group of sl->R ranks. */
 moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wire_t w, moe_ep_backend_t b,
                                    moe_ep_group_t g, cudaStream_t s, moe_ep_layer_t *l);
 

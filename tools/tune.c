@@ -203,7 +203,7 @@ static int run_tune(const tune_opts_t *o, cudaStream_t s, const char *cache)
 {
     slice_t sl;
     cell_t *cells = calloc((size_t)o->npath * (size_t)o->ntok, sizeof *cells);
-    if (!cells || !slice_make(&sl, o->geo, max_tokens(o))) {
+    if (!cells || !slice_make(&sl, o->geo, max_tokens(o), 1)) {
         free(cells);
         return 1;
     }
