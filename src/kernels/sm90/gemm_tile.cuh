@@ -10,8 +10,8 @@
  * conflicts); NVFP4 operands are converted to exact fp16 tiles first; E4M3
  * operands go straight into FP8 MMAs with the block scales applied to fp32
  * partial sums every 32 (MX) or 128 (FP8-BLOCK) K elements; FP4 weights of
- * W4A8 become E4M3 (exact) first. Warps: WM (M) x BN/(8 NF) (N), each 16*MI
- * rows x 8 NF columns.
+ * W4A8 become E4M3 (exact) first. Warps: WM (M) x BN/32 (N), each 16*MI rows
+ * x 32 columns.
  *
  * Activation rows are read only through L2 (cp.async.cg, 16 bytes): their
  * scale rows are padded to a multiple of 16 bytes (moe_ep_act_scale_stride)
@@ -263,8 +263,8 @@ struct warp_shape {
     static constexpr int MI = BM >= 32 ? 2 : 1, WM = BM / (16 * MI);
 };
 
-template <int BM, int BN, int NF = 4>
-constexpr int gemm_threads() { return warp_shape<BM>::WM * (BN / (8 * NF)) * 32; }
+template <int BM, int BN>
+constexpr int gemm_threads() { return warp_shape<BM>::WM * (BN / 32) * 32; }
 
 
 /* Dynamic shared memory of a gemm_tile<BM, BN, MODE> kernel: the K-step ring
@@ -316,14 +316,13 @@ __device__ __forceinline__ void gemm_tables_init(const gemm_args &g, uint8_t *sm
 /* One output tile: rows [row0, row0 + rows_valid) of expert e (rows_valid <=
  * BM; the rest zero-filled and not stored), columns [n0, n0 + BN) of the GEMM,
  * with the fused epilogue. Every thread of the block calls it (blockDim.x ==
- * gemm_threads<BM, BN, NF>()); it ends synchronised, shared memory free again.
- * NF: 8-column MMA fragments per warp (4, or 8 for half the warps with twice
- * the registers each). SLICED (MX FP8 modes): partial sums one 16-row slice
- * at a time. The tile's bits depend on neither. */
-template <int BM, int BN, int MODE, int SB, bool SLICED = false, int NF = 4>
+ * gemm_threads<BM, BN>()); it ends synchronised, shared memory free again.
+ * SLICED (MX FP8 modes): partial sums one 16-row slice at a time (fewer
+ * registers); the tile's bits do not depend on it. */
+template <int BM, int BN, int MODE, int SB, bool SLICED = false>
 __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int e, int64_t row0, int rows_valid, int n0)
 {
-    constexpr int BK = MODE == MODE_BF16 ? 64 : 128, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
+    constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
     constexpr bool DIRECT = MODE != MODE_CVT;
     typedef __half Row[BK + KPAD];
     const stage_layout L = make_layout<BM, BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
@@ -411,7 +410,7 @@ __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int
         for (int j = 0; j < NF; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                int m = wm * 16 * MI + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * 8 * NF + j * 8 + (lane & 3) * 2 + (q & 1);
+                int m = wm * 16 * MI + i * 16 + (lane >> 2) + 8 * (q >> 1), n = wn * 32 + j * 8 + (lane & 3) * 2 + (q & 1);
                 C[m][n] = __fmul_rn(acc[i][j][q], scale);
             }
     __syncthreads();
