@@ -4,11 +4,10 @@
  * with --ranks R, an emulated group of R such ranks sharing the GPU). For
  * every path and backend it times the whole forward and the expert stage alone
  * and compares the expert stage with its floor,
- *   max(bytes / copy bandwidth, FLOPs / tensor rate). */
+ *   max(bytes / copy bandwidth, FLOPs / tensor rate).
+ * With --nccl, one rank of a real group of processes instead (bench_nccl.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
-
-#include "slice.h"
 
 #include <stdio.h>
 
@@ -55,24 +54,20 @@ static int cublas_ok(cublasStatus_t s, const char *what, int line)
 
 /* ---- options -------------------------------------------------------------------- */
 
-typedef struct {
-    const geometry_t *geos[SLICE_MAX_LIST];
-    int ngeo, tokens[SLICE_MAX_LIST], ntok, npath, nback, iters, warmup;
-    int ranks; /* emulated ranks sharing the GPU, each with E/8 experts (1: the EP8 slice) */
-    moe_ep_path_t paths[MOE_EP_PATH_COUNT_];
-    moe_ep_backend_t backends[MOE_EP_BACKEND_COUNT_];
-    moe_ep_wire_t wire;
-    const char *out;
-} bench_opts_t;
-
 static void usage_bench(void)
 {
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
-           "                    [--wire bf16|mxfp8|fp4] [--ranks R] [--iters N] [--warmup N] [--out FILE]\n"
+           "                    [--wire bf16|mxfp8|fp4] [--ranks R | --nccl] [--iters N] [--warmup N]\n"
+           "                    [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
            "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
            "  tokens routed uniformly over all R E/8 experts (R = 8: the emulated EP8 group).\n"
+           "  --nccl (no value): one process per GPU, a real NCCL group of W ranks built like --ranks W\n"
+           "  (each rank: E/8 experts, T tokens routed over all W E/8 experts); start it with\n"
+           "    scripts/nccl_launch.sh W build/tools/moe_ep bench --nccl [options]\n"
+           "  (env MOE_EP_RANK, MOE_EP_WORLD_SIZE, MOE_EP_NCCL_ID_FILE; rank r on GPU r). Times the\n"
+           "  whole forward (p50) and its NVLink bytes per rank; rank 0 writes the table.\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -123,6 +118,18 @@ static int parse_option(void *opts, const char *k, const char *v)
     return -2;
 }
 
+/* Removes every `flag` (an option without a value) from argv; 1 if there was one. */
+static int take_flag(int *argc, char **argv, const char *flag)
+{
+    int found = 0, n = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (strcmp(argv[i], flag) == 0) found = 1;
+        else argv[n++] = argv[i];
+    }
+    *argc = n;
+    return found;
+}
+
 /* Returns 0, 1 for --help, or 2 on a bad option. */
 static int parse_bench(int argc, char **argv, bench_opts_t *o)
 {
@@ -132,7 +139,11 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
     parse_paths(o, "all");
     parse_backends(o, "split");
     o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1;
-    return slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
+    o->nccl = take_flag(&argc, argv, "--nccl");
+    int r = slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
+    if (r == 0 && o->nccl && o->ranks != 1)
+        return fprintf(stderr, "moe_ep bench: --nccl takes W from nccl_launch.sh, not --ranks\n"), 2;
+    return r;
 }
 
 /* ---- ceilings ------------------------------------------------------------------------ */
@@ -325,7 +336,7 @@ static double act_bytes_per_elem(moe_ep_path_t p)
     return b[p];
 }
 
-static double wire_bytes_per_elem(moe_ep_wire_t w)
+double bench_wire_bytes_per_elem(moe_ep_wire_t w)
 {
     static const double b[MOE_EP_WIRE_COUNT_] = {2.0, 1.0 + 1.0 / 32, 0.5 + 2.0 / 16};
     return b[w];
@@ -341,7 +352,7 @@ static double floor_us(const slice_t *sl, const ceilings_t *c, moe_ep_path_t p, 
 {
     double H = sl->H, I = sl->I, rows = (double)T * sl->K;
     double bytes = experts_hit(sl, T) * 3.0 * H * I * weight_bytes_per_elem(p) + 2.0 * T * H * 2.0 +
-                   rows * H * act_bytes_per_elem(p) + rows * H * wire_bytes_per_elem(w);
+                   rows * H * act_bytes_per_elem(p) + rows * H * bench_wire_bytes_per_elem(w);
     double flops = 2.0 * rows * 3.0 * H * I;
     bytes *= sl->R, flops *= sl->R; /* R ranks: R times the slice's experts, tokens and rows */
     double rate = uses_fp8_tensor_cores(p) ? c->fp8_flops : c->bf16_flops;
@@ -395,7 +406,7 @@ static void bench_layer(const bench_opts_t *o, const slice_t *sl, const ceilings
     if (g) slice_layer_ok(moe_ep_group_destroy(g), "moe_ep_group_destroy");
 }
 
-static int max_tokens(const bench_opts_t *o)
+int bench_max_tokens(const bench_opts_t *o)
 {
     int m = 1;
     for (int t = 0; t < o->ntok; t++) m = o->tokens[t] > m ? o->tokens[t] : m;
@@ -413,7 +424,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
         return;
     }
     slice_t sl;
-    if (slice_make(&sl, g, max_tokens(o), o->ranks))
+    if (slice_make(&sl, g, bench_max_tokens(o), o->ranks))
         for (int p = 0; p < o->npath; p++)
             for (int b = 0; b < o->nback; b++)
                 bench_layer(o, &sl, ce, o->paths[p], o->backends[b], s, &cells[p * o->nback + b],
@@ -424,7 +435,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
 /* ---- report ---------------------------------------------------------------------------- */
 
 typedef struct {
-    char device[320], date[64], commit[64];
+    bench_stamp_t st;
     ceilings_t ceil;
 } header_t;
 
@@ -443,18 +454,18 @@ static void get_commit(char *out, size_t n)
     pclose(p);
 }
 
-static int get_header(header_t *h)
+int bench_stamp(bench_stamp_t *st, int device)
 {
     struct cudaDeviceProp prop;
-    memset(h, 0, sizeof *h);
-    if (!CK(cudaGetDeviceProperties(&prop, 0))) return 0;
-    snprintf(h->device, sizeof h->device, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
+    memset(st, 0, sizeof *st);
+    if (!CK(cudaGetDeviceProperties(&prop, device))) return 0;
+    snprintf(st->device, sizeof st->device, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1 << 30));
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
-    strftime(h->date, sizeof h->date, "%Y-%m-%d %H:%M UTC", &tm);
-    get_commit(h->commit, sizeof h->commit);
+    strftime(st->date, sizeof st->date, "%Y-%m-%d %H:%M UTC", &tm);
+    get_commit(st->commit, sizeof st->commit);
     return 1;
 }
 
@@ -462,7 +473,7 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
 {
     const ceilings_t *c = &h->ceil;
     fprintf(f, "# moe_ep bench\n\n");
-    fprintf(f, "- device: %s\n- date: %s\n- commit: %s\n", h->device, h->date, h->commit);
+    fprintf(f, "- device: %s\n- date: %s\n- commit: %s\n", h->st.device, h->st.date, h->st.commit);
     fprintf(f, "- copy bandwidth (D2D memcpy of 2 GiB, read + write, median of 10): %.2f TB/s\n", c->copy_bps / 1e12);
     fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
     fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): %.0f TFLOP/s%s%s\n",
@@ -521,16 +532,28 @@ static void print_table(FILE *f, const bench_opts_t *o, const cell_t *cells)
         }
 }
 
-static int write_report(const bench_opts_t *o, const header_t *h, const cell_t *cells)
+int bench_emit(const char *path, void (*print)(FILE *, const void *), const void *ctx)
 {
-    print_header(stdout, h, o);
-    print_table(stdout, o, cells);
-    if (!o->out) return 0;
-    FILE *f = fopen(o->out, "w");
-    if (!f) return fprintf(stderr, "moe_ep bench: cannot write %s\n", o->out), 1;
-    print_header(f, h, o);
-    print_table(f, o, cells);
+    print(stdout, ctx);
+    fflush(stdout);
+    if (!path) return 0;
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "moe_ep bench: cannot write %s\n", path), 1;
+    print(f, ctx);
     return fclose(f) == 0 ? 0 : 1;
+}
+
+typedef struct {
+    const bench_opts_t *o;
+    const header_t *h;
+    const cell_t *cells;
+} report_t;
+
+static void print_report(FILE *f, const void *ctx)
+{
+    const report_t *r = ctx;
+    print_header(f, r->h, r->o);
+    print_table(f, r->o, r->cells);
 }
 
 static int measure_ceilings(cudaStream_t s, ceilings_t *c)
@@ -547,21 +570,24 @@ int cmd_bench(int argc, char **argv)
     bench_opts_t o;
     int r = parse_bench(argc, argv, &o);
     if (r) return r == 1 ? 0 : 2;
+    if (o.nccl) return bench_nccl(&o);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
         return fprintf(stderr, "moe_ep bench: no usable GPU: %s\n", e ? cudaGetErrorString(e) : "no device"), 2;
     header_t h;
+    memset(&h, 0, sizeof h);
     cudaStream_t s = NULL;
-    if (!CK(cudaSetDevice(0)) || !get_header(&h) || !CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)))
+    if (!CK(cudaSetDevice(0)) || !bench_stamp(&h.st, 0) || !CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)))
         return 1;
-    fprintf(stderr, "device %s\n", h.device);
+    fprintf(stderr, "device %s\n", h.st.device);
     if (!measure_ceilings(s, &h.ceil)) return CK(cudaStreamDestroy(s)), 1;
     size_t per_geo = (size_t)o.ntok * o.npath * o.nback;
     cell_t *cells = calloc(per_geo * (size_t)o.ngeo, sizeof *cells);
     if (!cells) return 1;
     for (int gi = 0; gi < o.ngeo; gi++) bench_geometry(&o, o.geos[gi], &h.ceil, s, cells + gi * per_geo);
-    r = write_report(&o, &h, cells);
+    report_t rep = {&o, &h, cells};
+    r = bench_emit(o.out, print_report, &rep);
     free(cells);
     CK(cudaStreamDestroy(s));
     return r;

@@ -179,17 +179,23 @@ static int make_checkpoint(slice_t *sl)
     return 1;
 }
 
-/* Each rank's ids (R > 1: spread over the experts of every rank) and output. */
+/* Global expert ids of rank q: the slice's ids in[j] (j = t K + k) moved onto
+ * the experts of rank (q + j) % R. in and out may be the same array. */
+static void spread_ids(const slice_t *sl, const int32_t *in, int32_t *out, int q, size_t n)
+{
+    for (size_t j = 0; j < n; j++) out[j] = in[j] + sl->E8 * (int32_t)(((size_t)q + j) % (size_t)sl->R);
+}
+
+/* Each emulated rank's ids (R > 1: spread over the experts of every rank) and output. */
 static int make_rank_inputs(slice_t *sl, dset_t *d)
 {
     size_t kn = (size_t)sl->maxT * (size_t)sl->K, xn = (size_t)sl->maxT * (size_t)sl->H;
     d->rank_ids[0] = d->ids, d->rank_out[0] = d->out;
-    if (sl->R == 1) return 1;
+    if (sl->R == 1 || sl->self >= 0) return 1; /* NCCL: ids are already rank self's */
     int32_t *h = malloc(sizeof(int32_t) * kn);
     int ok = h != NULL;
     for (int q = 0; ok && q < sl->R; q++) {
-        for (size_t j = 0; j < kn; j++) /* j = t K + k */
-            h[j] = d->host_ids[j] + sl->E8 * (int32_t)(((size_t)q + j) % (size_t)sl->R);
+        spread_ids(sl, d->host_ids, h, q, kn);
         ok = CK(cudaMalloc((void **)&d->rank_ids[q], sizeof(int32_t) * kn)) &&
              CK(cudaMemcpy(d->rank_ids[q], h, sizeof(int32_t) * kn, cudaMemcpyHostToDevice)) &&
              (q == 0 || CK(cudaMalloc((void **)&d->rank_out[q], sizeof(uint16_t) * xn)));
@@ -209,6 +215,7 @@ static int make_set(slice_t *sl, int i)
     if (ok) {
         synth_bf16_parallel(hx, (int64_t)xn, 1 << 20, 1.0f, SLICE_SEED, (1ull << 40) + (uint64_t)i * 4096, slice_cpu_threads());
         synth_routing(d->host_ids, hw, sl->maxT, sl->K, sl->E8, SLICE_SEED, (1ull << 41) + (uint64_t)i);
+        if (sl->self >= 0) spread_ids(sl, d->host_ids, d->host_ids, sl->self, kn);
     }
     ok = ok && CK(cudaMalloc((void **)&d->x, sizeof(uint16_t) * xn)) && CK(cudaMalloc((void **)&d->out, sizeof(uint16_t) * xn));
     ok = ok && CK(cudaMalloc((void **)&d->ids, sizeof(int32_t) * kn)) && CK(cudaMalloc((void **)&d->wt, sizeof(float) * kn));
@@ -226,7 +233,7 @@ void slice_free(slice_t *sl)
         void *bufs[] = {d->x, d->out, d->ids, d->wt};
         for (int j = 0; j < 4; j++)
             if (bufs[j]) CK(cudaFree(bufs[j]));
-        for (int q = 0; q < SLICE_MAX_RANKS && sl->R > 1; q++) {
+        for (int q = 0; q < SLICE_MAX_RANKS && sl->R > 1 && sl->self < 0; q++) {
             if (d->rank_ids[q]) CK(cudaFree(d->rank_ids[q]));
             if (q > 0 && d->rank_out[q]) CK(cudaFree(d->rank_out[q]));
         }
@@ -239,11 +246,18 @@ void slice_free(slice_t *sl)
 
 int slice_make(slice_t *sl, const geometry_t *g, int maxT, int R)
 {
-    int l2 = 0;
+    return slice_make_rank(sl, g, maxT, R, -1);
+}
+
+int slice_make_rank(slice_t *sl, const geometry_t *g, int maxT, int R, int self)
+{
+    int l2 = 0, dev = 0, max_r = self >= 0 ? SLICE_MAX_WORLD : SLICE_MAX_RANKS;
     memset(sl, 0, sizeof *sl);
     sl->g = g, sl->E8 = g->num_experts / 8, sl->K = g->top_k, sl->H = g->hidden, sl->I = g->intermediate;
-    sl->maxT = maxT, sl->R = R < 1 ? 1 : R > SLICE_MAX_RANKS ? SLICE_MAX_RANKS : R;
-    if (!CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0))) return 0;
+    sl->maxT = maxT, sl->R = R < 1 ? 1 : R > max_r ? max_r : R;
+    sl->self = self < 0 ? -1 : self;
+    if (sl->self >= sl->R) return fprintf(stderr, "moe_ep: rank %d of a group of %d\n", self, sl->R), 0;
+    if (!CK(cudaGetDevice(&dev)) || !CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev))) return 0;
     sl->flush_bytes = 2 * (size_t)l2;
     double set_bytes = (double)maxT * sl->H * 4.0 + (double)maxT * sl->K * 8.0;
     sl->nsets = (int)ceil(2.0 * l2 / set_bytes);
@@ -256,10 +270,12 @@ int slice_make(slice_t *sl, const geometry_t *g, int maxT, int R)
 
 /* ---- layers and steps ------------------------------------------------------------- */
 
-static moe_ep_status_t load_slice_weights(moe_ep_layer_t l, const slice_t *sl, cudaStream_t s)
+/* Every local rank q of g (emulated: all; NCCL: this process's) gets the slice's experts. */
+static moe_ep_status_t load_slice_weights(moe_ep_layer_t l, const slice_t *sl, moe_ep_group_t g, cudaStream_t s)
 {
-    moe_ep_status_t st = MOE_EP_SUCCESS;
-    for (int q = 0; q < sl->R && st == MOE_EP_SUCCESS; q++) { /* every rank: the slice's experts */
+    int first = 0, n = 0;
+    moe_ep_status_t st = moe_ep_group_local_ranks(g, &first, &n);
+    for (int q = first; q < first + n && st == MOE_EP_SUCCESS; q++) {
         moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
         w.first_expert = q * sl->E8, w.num_experts = sl->E8, w.w13 = sl->w13, w.w2 = sl->w2;
         st = moe_ep_layer_load_experts(l, &w, (moe_ep_stream_t)s);
@@ -277,9 +293,10 @@ moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wi
     c.swiglu_limit = sl->g->swiglu_limit;
     /* NVFP4 static activation scales: x ~ N(0, 1) (amax about 5), SwiGLU output amax about 16. */
     c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 16.0f;
+    c.timeout_seconds = sl->self >= 0 ? SLICE_NCCL_TIMEOUT_S : 0.0; /* seconds; 0: the default 10 */
     *l = NULL;
     moe_ep_status_t st = moe_ep_layer_create(g, &c, l);
-    if (st == MOE_EP_SUCCESS) st = load_slice_weights(*l, sl, s);
+    if (st == MOE_EP_SUCCESS) st = load_slice_weights(*l, sl, g, s);
     return st;
 }
 
@@ -298,7 +315,8 @@ int slice_forward_step(void *ctx, int iter, cudaStream_t s)
     const float *wt[SLICE_MAX_RANKS];
     uint16_t *out[SLICE_MAX_RANKS];
     int32_t nt[SLICE_MAX_RANKS];
-    for (int q = 0; q < c->sl->R; q++)
+    int local = c->sl->self >= 0 ? 1 : c->sl->R; /* NCCL: this process's rank only */
+    for (int q = 0; q < local; q++)
         x[q] = d->x, ids[q] = d->rank_ids[q], wt[q] = d->wt, out[q] = d->rank_out[q], nt[q] = c->T;
     moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
     a.num_tokens = nt, a.x = x, a.topk_ids = ids, a.topk_weights = wt, a.out = out;

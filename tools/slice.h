@@ -57,18 +57,21 @@ typedef int (*step_fn)(void *ctx, int iter, cudaStream_t s);
 int slice_time_steps(void *ctx, step_fn pre, step_fn op, int warmup, int iters, cudaStream_t s,
                      double *median_us);
 
-#define SLICE_MAX_RANKS 8
+#define SLICE_MAX_RANKS 8   /* emulated ranks sharing one GPU */
+#define SLICE_MAX_WORLD 64  /* NCCL ranks (one per process), the library's limit */
+#define SLICE_NCCL_TIMEOUT_S 30.0 /* config.timeout_seconds of NCCL slice layers */
 
 /* One input set on the device: x, ids, weights, out for max T tokens. With R
- * emulated ranks, every rank takes the same x and weights, its own ids
- * (rank_ids[q]: the slice's ids moved onto the experts of rank
- * (q + t K + k) % R, so routing stays uniform over all R E/8 experts) and its
- * own out. */
+ * ranks, every rank takes the same x and weights, its own ids (rank q's: the
+ * slice's ids moved onto the experts of rank (q + t K + k) % R, so routing
+ * stays uniform over all R E/8 experts) and its own out. Emulated (self < 0):
+ * rank_ids[q], rank_out[q] for every q. NCCL (self >= 0): ids and out are
+ * rank self's, and rank_ids[0], rank_out[0] point at them. */
 typedef struct {
     uint16_t *x, *out;
     int32_t *ids;
     float *wt;
-    int32_t *host_ids; /* [max T][K], for counting the experts hit */
+    int32_t *host_ids; /* [max T][K], the ids in `ids` (self >= 0: global ids of rank self) */
     int32_t *rank_ids[SLICE_MAX_RANKS]; /* R > 1: [max T][K] each */
     uint16_t *rank_out[SLICE_MAX_RANKS]; /* R > 1: [max T][H] each (rank 0: out) */
 } dset_t;
@@ -76,7 +79,8 @@ typedef struct {
 typedef struct {
     const geometry_t *g;
     int E8, K, H, I, maxT, nsets;
-    int R;              /* emulated ranks, each with E/8 experts (1: the EP8 slice) */
+    int R;              /* ranks, each with E/8 experts (1: the EP8 slice) */
+    int self;           /* -1: R emulated ranks on this GPU; else the one NCCL rank of this process */
     uint16_t *w13, *w2; /* host bf16 checkpoint [E8][2I][H], [E8][H][I] */
     dset_t sets[SLICE_MAX_SETS];
     void *flush;
@@ -89,10 +93,15 @@ typedef struct {
  * input sets that the largest T's inputs do not all fit in twice the L2.
  * Returns 1 on success; free with slice_free. */
 int slice_make(slice_t *sl, const geometry_t *g, int maxT, int R);
+/* The same for rank `self` of an NCCL group of R ranks (1..SLICE_MAX_WORLD):
+ * the checkpoint, and only rank self's inputs. */
+int slice_make_rank(slice_t *sl, const geometry_t *g, int maxT, int R, int self);
 void slice_free(slice_t *sl);
 
-/* A slice layer (an emulated group of sl->R ranks with E/8 experts each) with
- * its weights loaded; g must be an emulated group of sl->R ranks. */
+/* A slice layer (a group of sl->R ranks with E/8 experts each: emulated, or
+ * NCCL with sl->self its rank, timeout SLICE_NCCL_TIMEOUT_S) with the weights
+ * of the group's local ranks loaded. On failure *l is NULL when creation
+ * failed, else the layer whose load failed (destroy it). */
 moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wire_t w, moe_ep_backend_t b,
                                    moe_ep_group_t g, cudaStream_t s, moe_ep_layer_t *l);
 
@@ -104,7 +113,7 @@ typedef struct {
 } run_ctx_t;
 
 int slice_flush_step(void *ctx, int iter, cudaStream_t s);         /* L2 flush */
-int slice_forward_step(void *ctx, int iter, cudaStream_t s);       /* moe_ep_layer_forward */
+int slice_forward_step(void *ctx, int iter, cudaStream_t s);       /* moe_ep_layer_forward, every local rank */
 int slice_forward_flush_step(void *ctx, int iter, cudaStream_t s); /* forward, then flush */
 int slice_stage_step(void *ctx, int iter, cudaStream_t s);         /* the split expert stage alone */
 /* 1 when the group recorded no device error; else prints it, resets it, 0. */
