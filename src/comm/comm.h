@@ -66,10 +66,15 @@ typedef struct moe_ep_heap {
     void **peers;    /* device array [world_size] of peer heap pointers */
     int lsa_size;    /* ranks in this rank's load/store team, itself included */
     int nccl_alloc;  /* base came from ncclMemAlloc */
+    void **peer_host; /* mapped heaps: host copy of peers[] (IPC mappings to close), else NULL */
 } moe_ep_heap_t;
 
 /* Collective. bytes is rounded up to 4096. Zero-filled. */
 moe_ep_status_t moe_ep_heap_create(moe_ep_group_t group, size_t bytes, moe_ep_heap_t *heap);
+/* Collective. A heap in cudaMalloc memory whose peers[] holds every rank's
+ * heap, opened here through CUDA IPC (load/store and atomics over NVLink);
+ * MOE_EP_ERROR_UNSUPPORTED on every rank when some rank cannot map some peer. */
+moe_ep_status_t moe_ep_heap_create_mapped(moe_ep_group_t group, size_t bytes, moe_ep_heap_t *heap);
 /* Collective (the window is deregistered). Safe on a zeroed heap. */
 void moe_ep_heap_destroy(moe_ep_group_t group, moe_ep_heap_t *heap);
 

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, pthread_mutex_timedlock */
 #include "comm/comm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,7 +79,10 @@ static void fire(moe_ep_group_t g, uint32_t which)
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 1; /* an enqueue never blocks after the warm-ups: wait for it, briefly */
     int locked = pthread_mutex_timedlock(&c->lock, &ts) == 0;
-    ncclCommAbort(c->nccl);
+    fprintf(stderr, "moe_ep: rank %d: a collective (0x%x) waited longer than %.1f s: aborting the NCCL communicator\n",
+            c->rank, which, (double)timeout_us(c) / 1e6);
+    ncclResult_t r = ncclCommAbort(c->nccl);
+    fprintf(stderr, "moe_ep: rank %d: ncclCommAbort: %s\n", c->rank, ncclGetErrorString(r));
     __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
     if (locked) pthread_mutex_unlock(&c->lock);
 }
@@ -297,25 +301,31 @@ static void digest(const moe_ep_layer_config_t *cfg, int32_t d[MOE_EP_CONFIG_DIG
     d[D_WIRE] = (int32_t)cfg->wire, d[D_BACKEND] = (int32_t)cfg->backend;
 }
 
-static moe_ep_status_t gather_digests(moe_ep_group_t g, const int32_t *mine, int32_t *all)
+/* Host all-gather of `one` bytes per rank (collective, under the watchdog):
+ * all[q * one ...] = rank q's mine. */
+static moe_ep_status_t allgather_host(moe_ep_group_t g, const void *mine, size_t one, void *all, const char *what)
 {
     struct moe_ep_comm *c = g->comm;
-    size_t one = MOE_EP_CONFIG_DIGEST_INTS * sizeof(int32_t);
     uint8_t *dev = NULL;
     cudaError_t e = cudaMalloc((void **)&dev, one * (size_t)c->world);
-    if (e != cudaSuccess) return cuda_fail(e, "config check buffer");
+    if (e != cudaSuccess) return cuda_fail(e, what);
     moe_ep_comm_host_begin(c);
     moe_ep_status_t st = MOE_EP_SUCCESS;
     e = cudaMemcpyAsync(dev + one * (size_t)c->rank, mine, one, cudaMemcpyHostToDevice, c->stream);
-    if (e != cudaSuccess) st = cuda_fail(e, "config check upload");
+    if (e != cudaSuccess) st = cuda_fail(e, what);
     ncclResult_t r = st ? ncclSuccess : ncclAllGather(dev + one * (size_t)c->rank, dev, one, ncclUint8, c->nccl, c->stream);
-    if (r != ncclSuccess) st = moe_ep_nccl_fail(r, "ncclAllGather (layer config)", __FILE__, __LINE__);
+    if (r != ncclSuccess) st = moe_ep_nccl_fail(r, what, __FILE__, __LINE__);
     if (!st && (e = cudaMemcpyAsync(all, dev, one * (size_t)c->world, cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
-        st = cuda_fail(e, "config check download");
+        st = cuda_fail(e, what);
     if (!st) st = moe_ep_comm_wait(c);
     st = moe_ep_comm_host_end(c, st);
     cudaFree(dev);
     return st;
+}
+
+static moe_ep_status_t gather_digests(moe_ep_group_t g, const int32_t *mine, int32_t *all)
+{
+    return allgather_host(g, mine, MOE_EP_CONFIG_DIGEST_INTS * sizeof(int32_t), all, "ncclAllGather (layer config)");
 }
 
 static moe_ep_status_t compare_digests(const int32_t *all, int world)
@@ -340,14 +350,16 @@ static moe_ep_status_t check_nccl_limits(moe_ep_group_t g, const moe_ep_layer_co
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
                            "the reference backend runs on emulated groups only; NCCL groups take "
                            "the split backend");
-    if (cfg->backend != MOE_EP_BACKEND_SPLIT) return MOE_EP_SUCCESS; /* the layer says why */
+    if (cfg->backend != MOE_EP_BACKEND_SPLIT && cfg->backend != MOE_EP_BACKEND_MEGA)
+        return MOE_EP_SUCCESS; /* the layer says why */
+    const char *name = moe_ep_backend_name(cfg->backend);
     if (g->world_size > MOE_EP_NCCL_SPLIT_MAX_RANKS)
-        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "split backend on NCCL: world size %d > %d",
+        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s backend on NCCL: world size %d > %d", name,
                            g->world_size, MOE_EP_NCCL_SPLIT_MAX_RANKS);
     int64_t rows = (int64_t)g->world_size * cfg->max_tokens_per_rank * cfg->top_k;
     MOE_EP_REQUIRE(cfg->max_tokens_per_rank >= 1 && cfg->top_k >= 1 && rows < ((int64_t)1 << 31),
-                   "split backend on NCCL: world size x max_tokens_per_rank x top_k = %lld rows, "
-                   "at most 2^31 - 1", (long long)rows);
+                   "%s backend on NCCL: world size x max_tokens_per_rank x top_k = %lld rows, "
+                   "at most 2^31 - 1", name, (long long)rows);
     return MOE_EP_SUCCESS;
 }
 
@@ -429,8 +441,72 @@ moe_ep_status_t moe_ep_heap_create(moe_ep_group_t g, size_t bytes, moe_ep_heap_t
     return st;
 }
 
+/* Every rank's heap opened here through CUDA IPC (cudaMalloc memory; ncclMemAlloc's
+ * cannot be exported this way). Collective, and all-or-nothing: each rank
+ * learns whether every rank mapped every peer. */
+static moe_ep_status_t map_peers(moe_ep_group_t g, moe_ep_heap_t *h)
+{
+    struct moe_ep_comm *c = g->comm;
+    cudaIpcMemHandle_t mine, *all = calloc((size_t)c->world, sizeof mine);
+    int32_t ok = 1, *oks = calloc((size_t)c->world, sizeof ok);
+    h->peer_host = calloc((size_t)c->world, sizeof(void *));
+    if (!all || !oks || !h->peer_host) {
+        free(all), free(oks);
+        return MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "peer heaps");
+    }
+    cudaError_t e = cudaIpcGetMemHandle(&mine, h->base);
+    if (e != cudaSuccess) ok = 0, memset(&mine, 0, sizeof mine);
+    moe_ep_status_t st = allgather_host(g, &mine, sizeof mine, all, "ncclAllGather (heap handles)");
+    int bad = -1;
+    for (int r = 0; r < c->world && st == MOE_EP_SUCCESS && ok; r++) {
+        if (r == c->rank) {
+            h->peer_host[r] = h->base;
+        } else if ((e = cudaIpcOpenMemHandle(&h->peer_host[r], all[r], cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess) {
+            h->peer_host[r] = NULL, ok = 0, bad = r;
+            (void)cudaGetLastError();
+        }
+    }
+    if (st == MOE_EP_SUCCESS) st = allgather_host(g, &ok, sizeof ok, oks, "ncclAllGather (heap mapping)");
+    for (int r = 0; r < c->world && st == MOE_EP_SUCCESS; r++)
+        if (!oks[r])
+            st = MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
+                             "rank %d could not map every rank's heap through CUDA IPC (here: rank %d, %s): "
+                             "the mega backend needs load/store access between the GPUs (NVLink or PCIe "
+                             "peer access)", r, bad, bad >= 0 ? cudaGetErrorString(e) : "mapped");
+    if (st == MOE_EP_SUCCESS) {
+        e = cudaMemcpy(h->peers, h->peer_host, sizeof(void *) * (size_t)c->world, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) st = cuda_fail(e, "peer heaps");
+        h->lsa_size = c->world;
+    }
+    free(all), free(oks);
+    return st;
+}
+
+moe_ep_status_t moe_ep_heap_create_mapped(moe_ep_group_t g, size_t bytes, moe_ep_heap_t *h)
+{
+    memset(h, 0, sizeof *h);
+    if (!g->comm) return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "symmetric heaps need an NCCL group");
+    MOE_EP_CHECK(moe_ep_comm_usable(g));
+    cudaSetDevice(g->device);
+    h->bytes = (bytes + 4095) / 4096 * 4096;
+    cudaError_t e = cudaMalloc((void **)&h->base, h->bytes);
+    if (e == cudaSuccess) e = cudaMemset(h->base, 0, h->bytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&h->peers, sizeof(void *) * (size_t)g->comm->world);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    moe_ep_status_t st = e == cudaSuccess ? map_peers(g, h) : cuda_fail(e, "mapped heap");
+    if (st != MOE_EP_SUCCESS) moe_ep_heap_destroy(g, h);
+    return st;
+}
+
 void moe_ep_heap_destroy(moe_ep_group_t g, moe_ep_heap_t *h)
 {
+    if (h->peer_host) {
+        cudaSetDevice(g->device);
+        for (int r = 0; r < g->world_size; r++)
+            if (h->peer_host[r] && h->peer_host[r] != h->base) cudaIpcCloseMemHandle(h->peer_host[r]);
+        free(h->peer_host);
+        h->peer_host = NULL;
+    }
     if (!h->base) return;
     cudaSetDevice(g->device);
     int live = g->comm && !__atomic_load_n(&g->comm->aborted, __ATOMIC_SEQ_CST);
@@ -493,4 +569,11 @@ moe_ep_status_t moe_ep_heap_create(moe_ep_group_t g, size_t bytes, moe_ep_heap_t
 }
 
 void moe_ep_heap_destroy(moe_ep_group_t g, moe_ep_heap_t *h) { (void)g, (void)h; }
+
+moe_ep_status_t moe_ep_heap_create_mapped(moe_ep_group_t g, size_t bytes, moe_ep_heap_t *h)
+{
+    (void)g, (void)bytes;
+    memset(h, 0, sizeof *h);
+    return no_nccl();
+}
 #endif

@@ -76,10 +76,6 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
                    "timeout_seconds %g", c->timeout_seconds);
     MOE_EP_CHECK(moe_ep_knobs_check_config(c));
     if (c->backend == MOE_EP_BACKEND_MEGA) {
-        if (!group->emulated && group->world_size > 1)
-            return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED,
-                               "mega backend: NCCL groups of more than one rank are not built yet "
-                               "(the split backend runs them)");
         MOE_EP_REQUIRE(c->hidden % 256 == 0, "mega backend: hidden %d must be a multiple of 256",
                        c->hidden);
         MOE_EP_REQUIRE(c->num_experts / group->world_size * group->local_ranks <= 1024,
@@ -124,7 +120,7 @@ moe_ep_status_t moe_ep_layer_memory_size(moe_ep_group_t group, const moe_ep_laye
     else if (device_bytes)
         *device_bytes = ref ? 0
                         : config->backend == MOE_EP_BACKEND_MEGA
-                            ? moe_ep_mega_device_bytes(config, group->world_size, n, group->local_ranks)
+                            ? moe_ep_mega_device_bytes(group, config)
                             : moe_ep_split_device_bytes(config, group->world_size, n);
     if (host_bytes) *host_bytes = ref ? moe_ep_ref_host_bytes(config, n) : 0;
     return MOE_EP_SUCCESS;

@@ -1,15 +1,19 @@
-/* The mega backend on one GPU: the split backend's buffers plus the kernel's
- * counters, and a forward that is one launch (kernels/mega.cu). No host
+/* The mega backend: the split backend's buffers plus the kernel's counters,
+ * and a forward that is one launch (kernels/mega.cu). No host
  * synchronisation, so it can be captured in a CUDA graph. Knobs: explicit,
- * autotuned (whole forwards timed), cache, heuristic (core/knobs.c). */
+ * autotuned (whole forwards timed), cache, heuristic (core/knobs.c).
+ * On an NCCL group the kernel moves tokens and rows itself through a mapped
+ * heap on every rank (the link of mega_kernels.h). */
 #include "core/mega.h"
 
+#include "comm/comm.h"
 #include "core/knobs.h"
 #include "core/split.h"
 
 #include "kernels/mega_kernels.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef MOE_EP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -18,20 +22,82 @@ struct moe_ep_mega_state {
     int32_t *counters;
     int64_t max_m_tiles;
     int absent_rank;
+    /* NCCL groups: the link (world 0 otherwise), its heap and local arrays. */
+    moe_ep_mega_link_t link;
+    moe_ep_heap_t heap;
+    int32_t *row_slot;
 };
 
-static int64_t counter_bytes(const moe_ep_layer_config_t *c, int num_local_experts, int local_ranks)
+/* Ranks whose tokens become rows on this GPU. */
+static int source_ranks(moe_ep_group_t g) { return g->comm ? g->world_size : g->local_ranks; }
+
+static int64_t counter_bytes(const moe_ep_layer_config_t *c, int num_local_experts, int sources)
 {
-    int64_t rows = (int64_t)local_ranks * c->max_tokens_per_rank * c->top_k;
+    int64_t rows = (int64_t)sources * c->max_tokens_per_rank * c->top_k;
     int64_t m_tiles = moe_ep_mega_max_m_tiles(rows, num_local_experts);
     return (int64_t)sizeof(int32_t) * moe_ep_mega_counter_count(num_local_experts, m_tiles);
 }
 
-size_t moe_ep_mega_device_bytes(const moe_ep_layer_config_t *c, int world_size, int num_local_experts,
-                                int local_ranks)
+/* Heap bytes of a link (layout in mega_kernels.h). */
+static int64_t link_heap_bytes(const moe_ep_layer_config_t *c, int W, moe_ep_mega_link_t *l)
 {
-    return moe_ep_split_device_bytes(c, world_size, num_local_experts) +
-           (size_t)counter_bytes(c, num_local_experts, local_ranks);
+    moe_ep_format_t yf = moe_ep_wire_format(c->wire);
+    return moe_ep_mega_link_layout(l, W, c->max_tokens_per_rank, c->top_k, c->hidden,
+                                   moe_ep_row_data_bytes(yf, c->hidden), moe_ep_row_scale_bytes(yf, c->hidden));
+}
+
+size_t moe_ep_mega_device_bytes(moe_ep_group_t g, const moe_ep_layer_config_t *c)
+{
+    int n = c->num_experts / g->world_size * g->local_ranks, W = source_ranks(g);
+    size_t bytes = moe_ep_split_buffer_bytes(c, W, n) + (size_t)counter_bytes(c, n, W);
+    if (g->comm) {
+        moe_ep_mega_link_t l;
+        int64_t rows = (int64_t)W * c->max_tokens_per_rank * c->top_k;
+        bytes += (size_t)link_heap_bytes(c, W, &l) + sizeof(int32_t) * (size_t)rows;
+    }
+    return bytes;
+}
+
+static moe_ep_status_t cuda_status(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return MOE_EP_SUCCESS;
+    return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA, "%s: %s",
+                       what, cudaGetErrorString(e));
+}
+
+/* The link of a layer on an NCCL group (collective: the heap is mapped on every rank). */
+static moe_ep_status_t link_create(moe_ep_layer_t l, struct moe_ep_mega_state *s)
+{
+    moe_ep_group_t g = l->group;
+    const moe_ep_layer_config_t *c = &l->cfg;
+    int W = g->world_size;
+    moe_ep_mega_link_t *k = &s->link;
+    int64_t bytes = link_heap_bytes(c, W, k), rows = (int64_t)W * c->max_tokens_per_rank * c->top_k;
+    cudaError_t e = cudaMalloc((void **)&s->row_slot, sizeof(int32_t) * (size_t)rows);
+    MOE_EP_CHECK(cuda_status(e, "mega link buffers"));
+    MOE_EP_CHECK(moe_ep_heap_create_mapped(g, (size_t)bytes, &s->heap));
+    k->world = W, k->rank = g->first_rank, k->peers = (uint8_t *const *)s->heap.peers;
+    k->row_slot = s->row_slot;
+    return MOE_EP_SUCCESS;
+}
+
+/* A forward's view of the link: every source rank's tokens come from the
+ * heap, this rank's from the caller. */
+static void link_forward_io(const struct moe_ep_mega_state *s, const moe_ep_layer_config_t *c,
+                            const moe_ep_forward_args_t *args, moe_ep_mega_args_t *a)
+{
+    moe_ep_mega_link_t *k = &a->link;
+    uint8_t *h = s->heap.base;
+    *k = s->link;
+    k->x_own = args->x[0], k->ids_own = args->topk_ids[0];
+    k->t_own_device = args->num_tokens_device, k->t_own_host = args->num_tokens ? args->num_tokens[0] : 0;
+    memset(&a->io, 0, sizeof a->io);
+    for (int r = 0; r < k->world; r++) {
+        a->io.x[r] = (const uint16_t *)(h + k->x_off) + (int64_t)r * c->max_tokens_per_rank * c->hidden;
+        a->io.ids[r] = (const int32_t *)(h + k->ids_off) + (int64_t)r * c->max_tokens_per_rank * c->top_k;
+    }
+    a->io.t_device = (const int32_t *)(h + k->t_off);
+    a->io.weights[k->rank] = args->topk_weights[0], a->io.out[k->rank] = args->out[0];
 }
 
 moe_ep_status_t moe_ep_mega_create(moe_ep_layer_t l)
@@ -47,15 +113,13 @@ moe_ep_status_t moe_ep_mega_create(moe_ep_layer_t l)
     l->mega = s;
     s->absent_rank = -1;
     s->max_m_tiles = moe_ep_mega_max_m_tiles((int64_t)d.R * d.T_max * d.K, d.E);
-    size_t bytes = (size_t)counter_bytes(&l->cfg, l->num_local_experts, l->group->local_ranks);
+    size_t bytes = (size_t)counter_bytes(&l->cfg, l->num_local_experts, source_ranks(l->group));
     cudaError_t e = cudaMalloc((void **)&s->counters, bytes);
     if (e == cudaSuccess) e = cudaMemset(s->counters, 0, bytes);
     if (e == cudaSuccess) e = cudaMemset(b.expert_count, 0, sizeof(int32_t) * (size_t)d.E);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess)
-        return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA,
-                           "mega counters: %s", cudaGetErrorString(e));
-    return MOE_EP_SUCCESS;
+    MOE_EP_CHECK(cuda_status(e, "mega counters"));
+    return l->group->comm ? link_create(l, s) : MOE_EP_SUCCESS;
 }
 
 void moe_ep_mega_destroy(moe_ep_layer_t l)
@@ -63,6 +127,8 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
     if (l->mega) {
         cudaSetDevice(l->group->device);
         cudaFree(l->mega->counters);
+        moe_ep_heap_destroy(l->group, &l->mega->heap);
+        cudaFree(l->mega->row_slot);
         free(l->mega);
         l->mega = NULL;
     }
@@ -100,6 +166,17 @@ static moe_ep_status_t autotune(moe_ep_layer_t l, moe_ep_mega_args_t *a, moe_ep_
     return moe_ep_knobs_set_tuned(l, tokens, &cand[best], us[best]);
 }
 
+/* A link whose forward timed out is broken (ranks may be a forward apart):
+ * refuse, like an aborted NCCL communicator. Other device errors (a bad id,
+ * seen by every rank alike) leave the links consistent. */
+static moe_ep_status_t link_usable(moe_ep_layer_t l)
+{
+    uint32_t w = *l->group->error_host;
+    if ((w >> 24) != MOE_EP_DEVERR_TIMEOUT) return MOE_EP_SUCCESS;
+    return MOE_EP_FAIL(MOE_EP_ERROR_TIMEOUT, "a rank did not take part in a mega forward within timeout_seconds: "
+                                             "the layer's links are broken; destroy the group and create a new one");
+}
+
 moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t l, const moe_ep_forward_args_t *args, moe_ep_stream_t stream)
 {
     struct moe_ep_mega_state *s = l->mega;
@@ -115,8 +192,14 @@ moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t l, const moe_ep_forward_args_
     a.counters = s->counters;
     a.max_m_tiles = (int)s->max_m_tiles;
     a.timeout_ns = (long long)(l->cfg.timeout_seconds * 1e9);
-    a.absent_rank = s->absent_rank;
-    if (!capture) MOE_EP_CHECK(autotune(l, &a, stream, tokens, rows));
+    a.absent_rank = s->link.world ? -1 : s->absent_rank;
+    memset(&a.link, 0, sizeof a.link);
+    if (s->link.world) {
+        MOE_EP_CHECK(link_usable(l));
+        link_forward_io(s, &l->cfg, args, &a);
+    } else if (!capture) { /* not on links: timing a forward alone would be collective */
+        MOE_EP_CHECK(autotune(l, &a, stream, tokens, rows));
+    }
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
     set_knobs(&a, &k);
     return moe_ep_launch_mega(&a, stream);
@@ -132,9 +215,9 @@ moe_ep_status_t moe_ep_mega_set_absent_rank(moe_ep_layer_t l, int rank)
 
 #else /* no CUDA */
 
-size_t moe_ep_mega_device_bytes(const moe_ep_layer_config_t *c, int world_size, int n, int local_ranks)
+size_t moe_ep_mega_device_bytes(moe_ep_group_t g, const moe_ep_layer_config_t *c)
 {
-    (void)c, (void)world_size, (void)n, (void)local_ranks;
+    (void)g, (void)c;
     return 0;
 }
 

@@ -11,9 +11,9 @@
 extern "C" {
 #endif
 
-/* Device bytes of a mega layer: the split backend's plus the counters. */
-size_t moe_ep_mega_device_bytes(const moe_ep_layer_config_t *config, int world_size,
-                                int num_local_experts, int local_ranks);
+/* Device bytes of a mega layer on group: the split backend's buffers, the
+ * counters, and on NCCL groups the link (heap and row maps). */
+size_t moe_ep_mega_device_bytes(moe_ep_group_t group, const moe_ep_layer_config_t *config);
 moe_ep_status_t moe_ep_mega_create(moe_ep_layer_t layer);
 void moe_ep_mega_destroy(moe_ep_layer_t layer);
 moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t layer, const moe_ep_forward_args_t *args,

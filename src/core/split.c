@@ -77,8 +77,12 @@ static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks,
 
 size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *c, int world_size, int local_experts)
 {
-    (void)world_size;
-    alloc_plan_t p = plan_allocs(c, local_experts * world_size / c->num_experts, local_experts);
+    return moe_ep_split_buffer_bytes(c, local_experts * world_size / c->num_experts, local_experts);
+}
+
+size_t moe_ep_split_buffer_bytes(const moe_ep_layer_config_t *c, int source_ranks, int local_experts)
+{
+    alloc_plan_t p = plan_allocs(c, source_ranks, local_experts);
     size_t total = 0;
     for (int i = 0; i < p.n; i++) total += p.bytes[i];
     return total;
@@ -138,7 +142,8 @@ moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
     b->y = a[16], b->y_scales = a[17];
     s->staging = a[18], s->staging_bytes = p.bytes[18], s->scratch = a[19];
     b->error = l->group->error_dev, b->error_mapped = l->group->error_mapped_dev;
-    if (l->group->comm) return moe_ep_xchg_create(l->group, &l->cfg, &s->xchg);
+    if (l->group->comm && l->cfg.backend == MOE_EP_BACKEND_SPLIT) /* mega: its own links (mega.c) */
+        return moe_ep_xchg_create(l->group, &l->cfg, &s->xchg);
     return MOE_EP_SUCCESS;
 }
 
@@ -405,6 +410,12 @@ size_t moe_ep_comm_layer_device_bytes(moe_ep_group_t g, const moe_ep_layer_confi
 size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *c, int world_size, int local_experts)
 {
     (void)c, (void)world_size, (void)local_experts;
+    return 0;
+}
+
+size_t moe_ep_split_buffer_bytes(const moe_ep_layer_config_t *c, int source_ranks, int local_experts)
+{
+    (void)c, (void)source_ranks, (void)local_experts;
     return 0;
 }
 

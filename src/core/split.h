@@ -14,6 +14,8 @@ extern "C" {
  * layout, plan, activation and output rows for the worst-case routing). */
 size_t moe_ep_split_device_bytes(const moe_ep_layer_config_t *config, int world_size,
                                  int num_local_experts);
+/* The same for rows of source_ranks ranks' tokens. */
+size_t moe_ep_split_buffer_bytes(const moe_ep_layer_config_t *config, int source_ranks, int num_local_experts);
 moe_ep_status_t moe_ep_split_create(moe_ep_layer_t layer);
 void moe_ep_split_destroy(moe_ep_layer_t layer);
 moe_ep_status_t moe_ep_split_load_experts(moe_ep_layer_t layer, const moe_ep_expert_weights_t *w,

@@ -11,7 +11,7 @@ __global__ void combine_tokens(moe_ep_split_dims_t d, moe_ep_split_bufs_t b, moe
     const int32_t *rows = b.row_of_slot + ((int64_t)r * d.T_max + t) * d.K;
     const float *w = io.weights[r] + (int64_t)t * d.K;
     uint16_t *out = io.out[r] + (int64_t)t * d.H;
-    combine_row(d.wire, b, d.H, d.K, rows, w, out, threadIdx.x, blockDim.x);
+    combine_row(d.wire, b.y, b.y_scales, d.H, d.K, rows, w, out, threadIdx.x, blockDim.x);
 }
 
 __global__ void publish_error(moe_ep_split_bufs_t b)

@@ -30,7 +30,10 @@
 /* Per-block state in shared memory (not registers: the GEMM tile needs them all). */
 struct mega_shared {
     int32_t item, ok, mt;
-    int n_tok, n_count, tpi, n_groups, n1, n2, tiles; /* item counts; tiles -1 before the plan */
+    int n_tok, n_count, tpi, n_groups, n1, n2, tiles; /* item counts (n_tok -1 before they are known); tiles -1 before the plan */
+    int n_combine;                                    /* combine items: token groups of the ranks combined here */
+    uint32_t epoch;                                   /* links: forwards finished on this rank before this one */
+    unsigned long long route_mask;                    /* links: ranks a token goes to */
     int32_t token_prefix[MOE_EP_GPU_MAX_RANKS + 1];   /* tokens of the ranks before r */
 };
 
@@ -65,6 +68,18 @@ __device__ __forceinline__ void red_release_add(int32_t *p, int32_t v)
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void red_release_sys_add(uint32_t *p, uint32_t v)
+{
+    asm volatile("red.release.sys.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ long long global_ns()
 {
     unsigned long long t;
@@ -82,6 +97,24 @@ __device__ bool spin_until(const int32_t *ctr, int32_t target, const moe_ep_mega
     for (;;) {
         __nanosleep(64);
         if (ld_acquire(ctr) >= target) return true;
+        if (moe_ep_dev_failed(a.b.error)) return false;
+        if (global_ns() - start > a.timeout_ns) {
+            moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_TIMEOUT, (kind << 20) | (index & 0xFFFFFu));
+            return false;
+        }
+    }
+}
+
+/* Link counters (written by other GPUs, only growing, modulo 2^32): spins
+ * until *ctr has reached target. */
+__device__ bool spin_until_sys(const uint32_t *ctr, uint32_t target, const moe_ep_mega_args_t &a, uint32_t kind,
+                               uint32_t index)
+{
+    if ((int32_t)(ld_acquire_sys(ctr) - target) >= 0) return true;
+    long long start = global_ns();
+    for (;;) {
+        __nanosleep(128);
+        if ((int32_t)(ld_acquire_sys(ctr) - target) >= 0) return true;
         if (moe_ep_dev_failed(a.b.error)) return false;
         if (global_ns() - start > a.timeout_ns) {
             moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_TIMEOUT, (kind << 20) | (index & 0xFFFFFu));
@@ -121,7 +154,7 @@ __device__ void read_tokens(const moe_ep_mega_args_t &a, mega_shared *sh)
     if (threadIdx.x == 0) {
         int sum = 0;
         for (int r = 0; r < a.d.R; r++) {
-            int t = a.io.t_device ? a.io.t_device[r] : a.io.t_host[r];
+            int t = a.io.t_device ? __ldcg(&a.io.t_device[r]) : a.io.t_host[r];
             if (t < 0 || t > a.d.T_max) {
                 moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_BAD_TOKENS, (uint32_t)r);
                 t = 0;
@@ -143,10 +176,10 @@ __device__ void count_item(const moe_ep_mega_args_t &a, mega_shared *sh, int ite
     if (s < (int64_t)c.n_tok * d.K) {
         int tg = (int)(s / d.K), k = (int)(s % d.K), r = rank_of(sh->token_prefix, d.R, tg);
         int64_t i = (int64_t)(tg - sh->token_prefix[r]) * d.K + k; /* t * K + k */
-        int32_t id = a.io.ids[r][i], local = id - d.first_expert, pos = -1;
-        if (id < -1 || id >= d.num_experts_global || (id >= 0 && (local < 0 || local >= d.E)))
+        int32_t id = __ldcg(&a.io.ids[r][i]), local = id - d.first_expert, pos = -1;
+        if (id < -1 || id >= d.num_experts_global) /* every rank sees every id: all of them fail */
             moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_BAD_EXPERT, (uint32_t)((int64_t)r * d.T_max * d.K + i));
-        else if (id >= 0)
+        else if (id >= 0 && local >= 0 && local < d.E) /* else another GPU's expert (links) */
             pos = atomicAdd(&a.b.expert_count[local], 1);
         a.b.slot_pos[(int64_t)r * d.T_max * d.K + i] = pos;
     }
@@ -160,7 +193,7 @@ __device__ __forceinline__ void slot_rows(const moe_ep_mega_args_t &a, const meg
     int k = threadIdx.x - j0;
     if (k < 0 || k >= a.d.K) return;
     int64_t s = ((int64_t)r * a.d.T_max + t) * a.d.K + k;
-    int32_t pos = __ldcg(&a.b.slot_pos[s]), e = a.io.ids[r][(int64_t)t * a.d.K + k] - a.d.first_expert;
+    int32_t pos = __ldcg(&a.b.slot_pos[s]), e = __ldcg(&a.io.ids[r][(int64_t)t * a.d.K + k]) - a.d.first_expert;
     c.rows_s[threadIdx.x] = pos < 0 ? -1 : c.off[e] + pos;
     c.expert_s[threadIdx.x] = pos < 0 ? -1 : e;
 }
@@ -178,8 +211,17 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, uin
         int r = rank_of(sh->token_prefix, d.R, tg), t = tg - sh->token_prefix[r];
         bool present = r != a.absent_rank;
         slot_rows(a, c, r, t, 0);
+        __syncthreads();
+        bool any = false;
+        for (int k = 0; k < d.K; k++) any |= c.rows_s[k] >= 0;
+        if (!any) { /* no expert here (links: the token was not even sent) */
+            __syncthreads(); /* everyone read rows_s before the next token's */
+            continue;
+        }
+        if (a.link.world && threadIdx.x < d.K && c.rows_s[threadIdx.x] >= 0)
+            a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x);
         const uint16_t *x = a.io.x[r] + (int64_t)t * d.H;
-        for (int i = threadIdx.x; i < d.H; i += blockDim.x) xs[i] = moe_ep_bf16_to_f32(x[i]);
+        for (int i = threadIdx.x; i < d.H; i += blockDim.x) xs[i] = moe_ep_bf16_to_f32(__ldcg(&x[i]));
         __syncthreads();
         for (int k = 0; k < d.K && present; k++) {
             int64_t row = c.rows_s[k];
@@ -245,11 +287,202 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, mega_shared *sh, int 
     if (!__syncthreads_and(ok)) return false;
     for (int j = 0; j < count; j++) {
         int r = rank_of(sh->token_prefix, d.R, first + j), t = first + j - sh->token_prefix[r];
-        combine_row(d.wire, a.b, d.H, d.K, c.rows_s + j * d.K, a.io.weights[r] + (int64_t)t * d.K,
+        combine_row(d.wire, a.b.y, a.b.y_scales, d.H, d.K, c.rows_s + j * d.K, a.io.weights[r] + (int64_t)t * d.K,
                     a.io.out[r] + (int64_t)t * d.H, threadIdx.x, blockDim.x);
     }
     __syncthreads();
     return true;
+}
+
+/* ---- links: NCCL groups, one rank per GPU (mega_kernels.h) ---------------- */
+
+struct link_ctrl {
+    uint32_t *epoch, *arrived, *done, *rows; /* [1], [W][SEND_ITEMS], [W], [T_max * K] */
+};
+
+__device__ __forceinline__ link_ctrl ctrl_of(uint8_t *heap, int W)
+{
+    link_ctrl c;
+    c.epoch = (uint32_t *)heap, c.arrived = c.epoch + MOE_EP_MEGA_CTRL_FIXED;
+    c.done = c.arrived + W * MOE_EP_MEGA_SEND_ITEMS, c.rows = c.done + W;
+    return c;
+}
+
+__device__ __forceinline__ void st_release_sys(uint32_t *p, uint32_t v)
+{
+    asm volatile("st.release.sys.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Thread 0's view of the device error word, the same for the whole block. */
+__device__ __forceinline__ bool block_not_failed(const moe_ep_mega_args_t &a)
+{
+    return __syncthreads_and(threadIdx.x != 0 || !moe_ep_dev_failed(a.b.error)) != 0;
+}
+
+__device__ __forceinline__ uint8_t *peer_heap(const moe_ep_mega_link_t &l, int r) { return l.peers[r]; }
+
+/* T of this rank's forward; an invalid T is sent as is (every rank reports
+ * it) but nothing is copied for it. */
+__device__ __forceinline__ int own_tokens(const moe_ep_mega_link_t &l) { return l.t_own_device ? __ldg(l.t_own_device) : l.t_own_host; }
+
+/* Ranks token t of this rank goes to (bit r: rank r owns one of its experts). */
+__device__ void route_mask(const moe_ep_mega_args_t &a, mega_shared *sh, int t)
+{
+    if (threadIdx.x == 0) {
+        unsigned long long m = 0;
+        for (int k = 0; k < a.d.K; k++) {
+            int32_t id = __ldg(&a.link.ids_own[(int64_t)t * a.d.K + k]);
+            if (id >= 0 && id < a.d.num_experts_global) m |= 1ull << (id / a.d.E);
+        }
+        sh->route_mask = m;
+    }
+    __syncthreads();
+}
+
+/* Send item i of this rank: tokens [i T / S, (i + 1) T / S) with their ids to
+ * every rank (x only where routed), T with item 0. First waits until each rank
+ * finished this rank's previous forward (its receive space is free again). */
+__device__ bool send_item(const moe_ep_mega_args_t &a, mega_shared *sh, int i)
+{
+    const moe_ep_mega_link_t &l = a.link;
+    const moe_ep_split_dims_t &d = a.d;
+    const int W = l.world, q = l.rank;
+    link_ctrl own = ctrl_of(peer_heap(l, q), W);
+    bool ok = true;
+    if (threadIdx.x < W) ok = spin_until_sys(&own.done[threadIdx.x], sh->epoch, a, MOE_EP_MEGA_WAIT_PEER, threadIdx.x);
+    if (!__syncthreads_and(ok)) return false;
+    int T = own_tokens(l), Tc = T < 0 || T > d.T_max ? 0 : T;
+    int t0 = (int)((int64_t)i * Tc / MOE_EP_MEGA_SEND_ITEMS), t1 = (int)((int64_t)(i + 1) * Tc / MOE_EP_MEGA_SEND_ITEMS);
+    for (int r = 0; r < W; r++) {
+        uint8_t *h = peer_heap(l, r);
+        if (i == 0 && threadIdx.x == 0) ((int32_t *)(h + l.t_off))[q] = T;
+        int32_t *ids = (int32_t *)(h + l.ids_off) + (int64_t)q * d.T_max * d.K;
+        for (int64_t j = (int64_t)t0 * d.K + threadIdx.x; j < (int64_t)t1 * d.K; j += blockDim.x) ids[j] = __ldg(&l.ids_own[j]);
+    }
+    const int n16 = d.H / 8; /* 16-byte pieces of a bf16 token */
+    for (int t = t0; t < t1; t++) {
+        route_mask(a, sh, t);
+        unsigned long long m = sh->route_mask;
+        const int4 *src = (const int4 *)(l.x_own + (int64_t)t * d.H);
+        for (int j = threadIdx.x; j < n16; j += blockDim.x) {
+            int4 v = __ldg(&src[j]);
+            for (int r = 0; r < W; r++)
+                if (m >> r & 1ull)
+                    ((int4 *)(peer_heap(l, r) + l.x_off + ((int64_t)q * d.T_max + t) * d.H * 2))[j] = v;
+        }
+        __syncthreads(); /* route_mask is rewritten for the next token */
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x < W)
+        st_release_sys(&ctrl_of(peer_heap(l, threadIdx.x), W).arrived[q * MOE_EP_MEGA_SEND_ITEMS + i], sh->epoch + 1u);
+    return true;
+}
+
+/* Item counts, once: links first wait for every rank's tokens of this forward. */
+__device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh)
+{
+    if (a.link.world) {
+        const int W = a.link.world;
+        link_ctrl own = ctrl_of(peer_heap(a.link, a.link.rank), W);
+        bool ok = true;
+        for (int j = threadIdx.x; j < W * MOE_EP_MEGA_SEND_ITEMS && ok; j += blockDim.x)
+            ok = spin_until_sys(&own.arrived[j], sh->epoch + 1u, a, MOE_EP_MEGA_WAIT_TOKENS,
+                                (uint32_t)(j / MOE_EP_MEGA_SEND_ITEMS));
+        if (!__syncthreads_and(ok)) return false;
+    }
+    read_tokens(a, sh);
+    if (!block_not_failed(a)) return false; /* a bad T: every rank stops here */
+    if (threadIdx.x == 0) {
+        int n_tok = sh->token_prefix[a.d.R], slots_per_item = blockDim.x;
+        int per_item = (n_tok + 4 * (int)gridDim.x - 1) / (4 * (int)gridDim.x);
+        sh->n_tok = n_tok;
+        sh->n_count = (int)(((int64_t)n_tok * a.d.K + slots_per_item - 1) / slots_per_item);
+        sh->tpi = max(1, min(per_item, (int)blockDim.x / a.d.K));
+        sh->n_groups = (n_tok + sh->tpi - 1) / sh->tpi;
+        int own = a.link.world ? sh->token_prefix[a.link.rank + 1] - sh->token_prefix[a.link.rank] : n_tok;
+        sh->n_combine = (own + sh->tpi - 1) / sh->tpi;
+    }
+    __syncthreads();
+    return true;
+}
+
+/* Copies n bytes (a multiple of 8) from this GPU's L2 to a peer, 16 bytes at a time where aligned. */
+__device__ __forceinline__ void copy_out(uint8_t *dst, const uint8_t *src, int64_t n, int tid, int nthreads)
+{
+    if (n % 16 == 0) {
+        for (int64_t j = tid; j < n / 16; j += nthreads) ((int4 *)dst)[j] = __ldcg((const int4 *)src + j);
+    } else {
+        for (int64_t j = tid; j < n / 8; j += nthreads) ((int2 *)dst)[j] = __ldcg((const int2 *)src + j);
+    }
+}
+
+/* Row item of m tile mt: once its GEMM2 tiles are done, each row goes to its
+ * token's rank (slot t * K + k there), then that token's row counter moves. */
+template <int BM>
+__device__ bool rows_item(const moe_ep_mega_args_t &a, mega_shared *sh, int mt)
+{
+    const mega_ctx c = ctx_of(a, sh);
+    const moe_ep_split_dims_t &d = a.d;
+    const moe_ep_mega_link_t &l = a.link;
+    if (!block_wait(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt)) return false;
+    int e = tile_expert(c.tile_off, d.E, mt);
+    int64_t row0 = c.off[e] + (int64_t)(mt - c.tile_off[e]) * BM;
+    int n = (int)min((int64_t)BM, (int64_t)c.off[e + 1] - row0);
+    moe_ep_format_t yf = moe_ep_wire_format(d.wire);
+    int64_t yd = moe_ep_row_data_bytes(yf, d.H), ys = moe_ep_row_scale_bytes(yf, d.H), per_rank = (int64_t)d.T_max * d.K;
+    for (int j = 0; j < n; j++) {
+        int64_t src = __ldcg(&l.row_slot[row0 + j]), slot = src % per_rank;
+        uint8_t *h = peer_heap(l, (int)(src / per_rank));
+        copy_out(h + l.y_off + slot * yd, a.b.y + (row0 + j) * yd, yd, threadIdx.x, blockDim.x);
+        if (ys) copy_out(h + l.ys_off + slot * ys, a.b.y_scales + (row0 + j) * ys, ys, threadIdx.x, blockDim.x);
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x < n) {
+        int64_t src = __ldcg(&l.row_slot[row0 + threadIdx.x]);
+        st_release_sys(&ctrl_of(peer_heap(l, (int)(src / per_rank)), l.world).rows[src % per_rank], sh->epoch + 1u);
+    }
+    return true;
+}
+
+/* Combine item of a link: this rank's tokens [g * tpi, ...) once all their
+ * rows arrived (in the heap's y at slot t * K + k, each flagged with the
+ * forward's epoch + 1, so rows of an earlier forward never count). */
+__device__ bool combine_link_group(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
+{
+    const mega_ctx c = ctx_of(a, sh);
+    const moe_ep_split_dims_t &d = a.d;
+    const moe_ep_mega_link_t &l = a.link;
+    const int q = l.rank;
+    uint8_t *h = peer_heap(l, q);
+    int first = g * c.tpi, count = min(sh->token_prefix[q + 1] - sh->token_prefix[q], first + c.tpi) - first;
+    if (threadIdx.x < count * d.K) {
+        int64_t s = (int64_t)first * d.K + threadIdx.x;
+        c.rows_s[threadIdx.x] = __ldg(&l.ids_own[s]) >= 0 ? (int32_t)s : -1;
+    }
+    __syncthreads();
+    bool ok = true;
+    if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0)
+        ok = spin_until_sys(&ctrl_of(h, l.world).rows[c.rows_s[threadIdx.x]], sh->epoch + 1u, a,
+                            MOE_EP_MEGA_WAIT_OUTPUTS, (uint32_t)(first + threadIdx.x / d.K));
+    if (!__syncthreads_and(ok)) return false;
+    for (int j = 0; j < count; j++)
+        combine_row(d.wire, h + l.y_off, h + l.ys_off, d.H, d.K, c.rows_s + j * d.K,
+                    a.io.weights[q] + (int64_t)(first + j) * d.K, a.io.out[q] + (int64_t)(first + j) * d.H,
+                    threadIdx.x, blockDim.x);
+    __syncthreads();
+    return true;
+}
+
+/* Last block out of a link: this forward is done here and on every rank's books. */
+__device__ void link_exit(const moe_ep_mega_args_t &a, mega_shared *sh)
+{
+    const moe_ep_mega_link_t &l = a.link;
+    if (threadIdx.x == 0) *ctrl_of(peer_heap(l, l.rank), l.world).epoch = sh->epoch + 1u;
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x < l.world) red_release_sys_add(&ctrl_of(peer_heap(l, threadIdx.x), l.world).done[l.rank], 1u);
 }
 
 /* The block's copy of the plan, once every slot is counted: expert row and
@@ -259,6 +492,7 @@ __device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh)
 {
     const mega_ctx c = ctx_of(a, sh);
     if (!block_wait(&c.ctr[MOE_EP_MEGA_CTR_COUNTED], sh->n_count, a, MOE_EP_MEGA_WAIT_COUNT, 0)) return false;
+    if (!block_not_failed(a)) return false; /* a bad id (set before its item counted): nothing runs on */
     moe_ep_scan_experts(a.b.expert_count, a.d.E, BM, c.off, c.tile_off);
     if (threadIdx.x == 0) sh->tiles = c.tile_off[a.d.E];
     __syncthreads();
@@ -282,6 +516,7 @@ __device__ void mega_exit(const moe_ep_mega_args_t &a, mega_shared *sh)
     for (int e = threadIdx.x; e < a.d.E; e += blockDim.x) a.b.expert_count[e] = 0;
     __threadfence();
     __syncthreads();
+    if (a.link.world) link_exit(a, sh);
     if (threadIdx.x == 0) {
         *(volatile uint32_t *)a.b.error_mapped = *(volatile uint32_t *)a.b.error;
         __threadfence_system();
@@ -310,15 +545,11 @@ __global__ void __launch_bounds__(gemm_threads<BM, MEGA_BN>(), 1) mega_forward(m
     const moe_ep_mega_args_t &a = p.a;
     mega_shared *sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d));
     gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
-    read_tokens(a, sh);
+    const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
-        int n_tok = sh->token_prefix[a.d.R], slots_per_item = blockDim.x;
-        int per_item = (n_tok + 4 * (int)gridDim.x - 1) / (4 * (int)gridDim.x);
-        sh->n_tok = n_tok;
-        sh->n_count = (int)(((int64_t)n_tok * a.d.K + slots_per_item - 1) / slots_per_item);
-        sh->tpi = max(1, min(per_item, (int)blockDim.x / a.d.K));
-        sh->n_groups = (n_tok + sh->tpi - 1) / sh->tpi;
-        sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN, sh->tiles = -1;
+        sh->n_tok = -1, sh->tiles = -1;
+        sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
+        sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
     }
     __syncthreads();
     for (;;) {
@@ -328,6 +559,12 @@ __global__ void __launch_bounds__(gemm_threads<BM, MEGA_BN>(), 1) mega_forward(m
         int i = sh->item;
         __syncthreads();
         if (i < 0) break;
+        if (i < n_send) {
+            if (!send_item(a, sh, i)) break;
+            continue;
+        }
+        i -= n_send;
+        if (sh->n_tok < 0 && !setup_items(a, sh)) break;
         if (i < sh->n_count) {
             count_item(a, sh, i);
             continue;
@@ -339,11 +576,13 @@ __global__ void __launch_bounds__(gemm_threads<BM, MEGA_BN>(), 1) mega_forward(m
             continue;
         }
         i -= sh->n_groups;
-        int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2;
-        bool ok = i < n_g1                       ? gemm_item<BM, MODE, SB, true>(p, sh, smem, i)
-                  : i < n_g1 + n_g2              ? gemm_item<BM, MODE, SB, false>(p, sh, smem, i - n_g1)
-                  : i < n_g1 + n_g2 + sh->n_groups ? combine_group<BM>(a, sh, i - n_g1 - n_g2)
-                                                   : false;
+        int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2, n_rows = a.link.world ? sh->tiles : 0;
+        bool ok;
+        if (i < n_g1) ok = gemm_item<BM, MODE, SB, true>(p, sh, smem, i);
+        else if ((i -= n_g1) < n_g2) ok = gemm_item<BM, MODE, SB, false>(p, sh, smem, i);
+        else if ((i -= n_g2) < n_rows) ok = rows_item<BM>(a, sh, i);
+        else if ((i -= n_rows) >= sh->n_combine) ok = false;
+        else ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM>(a, sh, i);
         if (!ok) break;
     }
     mega_exit(a, sh);

@@ -34,8 +34,48 @@ enum {
     MOE_EP_MEGA_WAIT_COUNT = 1,  /* the routing counts of every rank (index: 0) */
     MOE_EP_MEGA_WAIT_ROWS = 2,   /* an expert's rows (index: the local expert) */
     MOE_EP_MEGA_WAIT_GEMM1 = 3,  /* GEMM1 tiles of an m tile (index: the m tile) */
-    MOE_EP_MEGA_WAIT_GEMM2 = 4   /* GEMM2 tiles of an m tile (index: the m tile) */
+    MOE_EP_MEGA_WAIT_GEMM2 = 4,  /* GEMM2 tiles of an m tile (index: the m tile) */
+    MOE_EP_MEGA_WAIT_PEER = 5,   /* a rank's previous forward (index: the rank) */
+    MOE_EP_MEGA_WAIT_TOKENS = 6, /* a rank's tokens (index: the rank) */
+    MOE_EP_MEGA_WAIT_OUTPUTS = 7 /* output rows of one of this rank's tokens (index: the token) */
 };
+
+/* NCCL groups (one rank per GPU): the kernel moves tokens and output rows
+ * itself, with loads, stores and atomics through peer pointers to the other
+ * ranks' heaps (CUDA IPC mappings over NVLink). Every rank's heap has the same
+ * layout:
+ *   ctrl   uint32 [MOE_EP_MEGA_CTRL_FIXED + W * SEND_ITEMS + W + T_max * K]:
+ *          [0] forwards finished here (the epoch n; only this rank writes it),
+ *          arrived[W][SEND_ITEMS]: n + 1 once send item i of rank r of forward n landed,
+ *          done[W]: forwards rank r has finished (rank r adds 1 at its end),
+ *          rows[T_max * K]: n + 1 once the output row of slot t * K + k landed.
+ *          Flags carry the forward's epoch and nothing is reset between
+ *          forwards, so a row or token of an earlier (failed) forward never
+ *          counts for a later one. Compared modulo 2^32.
+ *   t      int32 [W]                 T of each source rank
+ *   ids    int32 [W][T_max][K]       top-k ids of each source rank
+ *   x      bf16  [W][T_max][H]       tokens of each source rank (only those
+ *                                    with an expert here are written)
+ *   y      wire rows [T_max * K]     output rows of this rank's tokens, slot t * K + k
+ *   ys     their scales
+ * A forward on rank q: send items (q's T, ids and tokens into every rank's
+ * heap; before writing to rank r, wait until r finished q's previous forward),
+ * then the usual items on the rows of every source, row items (the finished
+ * GEMM2 rows of an m tile go to their token's rank), combine of q's tokens once
+ * all their rows arrived. The last block out marks the forward done on every rank. */
+#define MOE_EP_MEGA_CTRL_FIXED 4
+#define MOE_EP_MEGA_SEND_ITEMS 64 /* send items per forward, whatever T */
+
+typedef struct moe_ep_mega_link {
+    int world, rank;            /* world 0: no link (an emulated group) */
+    uint8_t *const *peers;      /* device array [world]: heap bases, own included */
+    int64_t t_off, ids_off, x_off, y_off, ys_off; /* heap layout (bytes) */
+    int32_t *row_slot;          /* [rows capacity] local: source slot (r * T_max + t) * K + k of a row */
+    const uint16_t *x_own;      /* this rank's forward inputs */
+    const int32_t *ids_own;
+    const int32_t *t_own_device; /* or NULL: t_own_host */
+    int t_own_host;
+} moe_ep_mega_link_t;
 
 typedef struct moe_ep_mega_args {
     moe_ep_split_dims_t d;
@@ -45,7 +85,21 @@ typedef struct moe_ep_mega_args {
     int max_m_tiles;      /* capacity of gemm1_done / gemm2_done */
     long long timeout_ns; /* bound of every wait */
     int absent_rank;      /* tests: this local rank's tokens never arrive; -1 = none */
+    moe_ep_mega_link_t link;
 } moe_ep_mega_args_t;
+
+/* Heap layout of a link (offsets filled, pointers left alone); returns its bytes. */
+MOE_EP_HD int64_t moe_ep_mega_link_layout(moe_ep_mega_link_t *l, int W, int T_max, int K, int H,
+                                          int64_t y_row_bytes, int64_t y_scale_bytes)
+{
+    int64_t o = (int64_t)4 * (MOE_EP_MEGA_CTRL_FIXED + (int64_t)W * MOE_EP_MEGA_SEND_ITEMS + W + (int64_t)T_max * K);
+    o = (o + 255) / 256 * 256, l->t_off = o, o += 4 * (int64_t)W;
+    o = (o + 255) / 256 * 256, l->ids_off = o, o += (int64_t)4 * W * T_max * K;
+    o = (o + 255) / 256 * 256, l->x_off = o, o += (int64_t)2 * W * T_max * H;
+    o = (o + 255) / 256 * 256, l->y_off = o, o += y_row_bytes * T_max * K;
+    o = (o + 255) / 256 * 256, l->ys_off = o, o += y_scale_bytes * T_max * K;
+    return (o + 255) / 256 * 256;
+}
 
 /* M tiles of 16 rows or more over E experts can never exceed this. */
 MOE_EP_HD int64_t moe_ep_mega_max_m_tiles(int64_t rows_capacity, int E) { return rows_capacity / 16 + E; }

@@ -26,26 +26,26 @@ __device__ __forceinline__ void store_block(moe_ep_format_t f, const float *v, i
     }
 }
 
-/* Element h of wire row `row` (H elements) of the expert outputs y. */
-__device__ __forceinline__ float wire_value(moe_ep_wire_t wire, const moe_ep_split_bufs_t &b,
+/* Element h of wire row `row` (H elements) of output rows (y, ys). */
+__device__ __forceinline__ float wire_value(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys,
                                             int64_t H, int64_t row, int64_t h)
 {
-    if (wire == MOE_EP_WIRE_BF16) return moe_ep_bf16_to_f32(__ldcg((const unsigned short *)b.y + row * H + h));
+    if (wire == MOE_EP_WIRE_BF16) return moe_ep_bf16_to_f32(__ldcg((const unsigned short *)y + row * H + h));
     if (wire == MOE_EP_WIRE_MXFP8)
-        return moe_ep_mx8_value(__ldcg(b.y + row * H + h), __ldcg(b.y_scales + row * (H / 32) + h / 32));
-    uint8_t q = (uint8_t)((__ldcg(b.y + row * (H / 2) + h / 2) >> (4 * (h & 1))) & 15u);
-    return moe_ep_fp4_wire_value(q, __ldcg((const unsigned short *)b.y_scales + row * (H / 16) + h / 16));
+        return moe_ep_mx8_value(__ldcg(y + row * H + h), __ldcg(ys + row * (H / 32) + h / 32));
+    uint8_t q = (uint8_t)((__ldcg(y + row * (H / 2) + h / 2) >> (4 * (h & 1))) & 15u);
+    return moe_ep_fp4_wire_value(q, __ldcg((const unsigned short *)ys + row * (H / 16) + h / 16));
 }
 
 /* out[h] = bf16 of the sum over slots k = 0..K-1 (in that order) with
  * rows[k] >= 0 of fmaf(w[k], y[rows[k]][h], acc), for h = tid, tid + nthreads, ... */
-__device__ __forceinline__ void combine_row(moe_ep_wire_t wire, const moe_ep_split_bufs_t &b, int H, int K,
+__device__ __forceinline__ void combine_row(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int H, int K,
                                             const int32_t *rows, const float *w, uint16_t *out, int tid, int nthreads)
 {
     for (int h = tid; h < H; h += nthreads) {
         float acc = 0.0f;
         for (int k = 0; k < K; k++)
-            if (rows[k] >= 0) acc = fmaf(w[k], wire_value(wire, b, H, rows[k], h), acc);
+            if (rows[k] >= 0) acc = fmaf(w[k], wire_value(wire, y, ys, H, rows[k], h), acc);
         out[h] = moe_ep_bf16_from_f32(acc);
     }
 }

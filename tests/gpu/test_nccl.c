@@ -249,37 +249,40 @@ static void test_world1(moe_ep_group_t g, const char *how, uint64_t *rng, cudaSt
 static void test_world1_errors(moe_ep_group_t g, uint64_t *rng, cudaStream_t s)
 {
     fixture_t f;
-    fixture_init(&f, 8, 2, 128, 128, 16, ROUTE_UNIFORM, rng);
+    fixture_init(&f, 8, 2, 256, 128, 16, ROUTE_UNIFORM, rng);
     moe_ep_layer_config_t c = config_of(&f, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 16);
     moe_ep_layer_t l = NULL;
     c.backend = MOE_EP_BACKEND_REFERENCE;
     EXPECT(moe_ep_layer_create(g, &c, &l) != MOE_EP_SUCCESS,
            "reference backend on an NCCL group accepted (layer.c must call moe_ep_group_check_config)");
     moe_ep_layer_destroy(l);
-    l = NULL;
-    c.backend = MOE_EP_BACKEND_SPLIT;
-    EXPECT(moe_ep_group_check_config(g, &c) == MOE_EP_SUCCESS, "check_config: %s", errmsg());
-    if (make_layer(g, &f, &c, s, &l) == MOE_EP_SUCCESS) {
+    f.ids[5 * f.K + 1] = 99;
+    for (int b = 0; b < 2; b++) {
+        l = NULL;
+        c.backend = b ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT;
+        const char *name = moe_ep_backend_name(c.backend);
+        EXPECT(moe_ep_group_check_config(g, &c) == MOE_EP_SUCCESS, "%s: check_config: %s", name, errmsg());
+        if (make_layer(g, &f, &c, s, &l) != MOE_EP_SUCCESS) {
+            EXPECT(0, "%s: layer: %s", name, errmsg());
+            continue;
+        }
         dev_io_t d;
-        f.ids[5 * f.K + 1] = 99;
         io_init(&d, &f, 0, 16);
         poison_out(&d, s);
-        EXPECT(forward(l, &d, 16, s) == MOE_EP_SUCCESS, "forward: %s", errmsg());
+        EXPECT(forward(l, &d, 16, s) == MOE_EP_SUCCESS, "%s: forward: %s", name, errmsg());
         uint16_t *h = xmalloc((size_t)16 * f.H * 2);
         read_out(&d, h, s);
         moe_ep_status_t as = MOE_EP_SUCCESS;
         moe_ep_group_get_async_error(g, &as);
-        EXPECT(as == MOE_EP_ERROR_INVALID_ARGUMENT, "bad expert id: async %s", moe_ep_status_string(as));
+        EXPECT(as == MOE_EP_ERROR_INVALID_ARGUMENT, "%s: bad expert id: async %s", name, moe_ep_status_string(as));
         int untouched = 1;
         for (int i = 0; i < 16 * f.H; i++) untouched &= h[i] == POISON;
-        EXPECT(untouched, "bad expert id: output written");
+        EXPECT(untouched, "%s: bad expert id: output written", name);
         EXPECT(moe_ep_group_reset_async_error(g) == MOE_EP_SUCCESS, "reset: %s", errmsg());
         free(h);
         io_free(&d);
-    } else {
-        EXPECT(0, "layer: %s", errmsg());
+        moe_ep_layer_destroy(l);
     }
-    moe_ep_layer_destroy(l);
     fixture_free(&f);
 }
 
@@ -539,16 +542,17 @@ static void test_heap(worker_t *w)
 }
 
 /* A full layer over every rank vs the emulated group of 1 on this rank's tokens. */
-static void test_layer(worker_t *w, moe_ep_path_t p, moe_ep_wire_t wi, route_t route)
+static void test_layer(worker_t *w, moe_ep_backend_t backend, moe_ep_path_t p, moe_ep_wire_t wi, route_t route)
 {
     const int T_max = 32, E = 4 * w->world, K = 4;
     uint64_t rng = w->seed + (uint64_t)p * 131 + (uint64_t)wi * 17 + (uint64_t)route; /* same on every rank */
     fixture_t f;
     fixture_init(&f, E, K, 256, 128, T_max * w->world, route, &rng);
     moe_ep_layer_config_t c = config_of(&f, p, wi, T_max);
+    c.backend = backend;
     char label[96];
-    snprintf(label, sizeof label, "rank %d/%d %s/%s route %d", w->rank, w->world, moe_ep_path_name(p),
-             moe_ep_wire_name(wi), (int)route);
+    snprintf(label, sizeof label, "rank %d/%d %s %s/%s route %d", w->rank, w->world, moe_ep_backend_name(backend),
+             moe_ep_path_name(p), moe_ep_wire_name(wi), (int)route);
     moe_ep_group_t eg = NULL;
     moe_ep_layer_t ref = NULL, l = NULL;
     moe_ep_status_t st = moe_ep_group_create_emulated(1, w->rank, &eg);
@@ -592,23 +596,31 @@ static void test_mismatch(worker_t *w)
     EXPECT(st == MOE_EP_SUCCESS, "matching configs after a mismatch: %s", errmsg());
 }
 
-/* The last rank never calls forward: the others time out (bounded: the
- * group's watchdog uses the largest timeout of its layers, 10 s here). */
-static void test_timeout(worker_t *w)
+/* The last rank never calls forward: the others time out (bounded: split:
+ * the group's watchdog uses the largest timeout of its layers, 10 s here;
+ * mega: the kernel's waits, 3 s), outputs untouched, later forwards refused. */
+static void test_timeout(worker_t *w, moe_ep_backend_t backend)
 {
     const int T_max = 8;
+    const char *name = moe_ep_backend_name(backend);
     uint64_t rng = w->seed + 99;
     fixture_t f;
-    fixture_init(&f, 2 * w->world, 2, 128, 128, T_max * w->world, ROUTE_UNIFORM, &rng);
+    fixture_init(&f, 2 * w->world, 2, 256, 128, T_max * w->world, ROUTE_UNIFORM, &rng);
     moe_ep_layer_config_t c = config_of(&f, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, T_max);
-    c.timeout_seconds = 3;
+    c.timeout_seconds = 3, c.backend = backend;
     moe_ep_layer_t l = NULL;
     moe_ep_status_t st = make_layer(w->g, &f, &c, w->s, &l);
-    EXPECT(st == MOE_EP_SUCCESS, "timeout layer: %s", errmsg());
+    EXPECT(st == MOE_EP_SUCCESS, "%s timeout layer: %s", name, errmsg());
     if (st) return;
     if (w->rank == w->world - 1) {
-        printf("  rank %d: not calling forward\n", w->rank);
-        sleep_ms(25000); /* the others abort meanwhile; exit without collective teardown */
+        printf("  rank %d: %s: not calling forward\n", w->rank, name);
+        if (backend == MOE_EP_BACKEND_SPLIT) {
+            sleep_ms(25000); /* the others abort meanwhile; exit without collective teardown */
+            fixture_free(&f);
+            return;
+        }
+        sleep_ms(6000); /* the others' kernels give up meanwhile (they write into our heap) */
+        moe_ep_layer_destroy(l); /* no collective in a mega layer's teardown */
         fixture_free(&f);
         return;
     }
@@ -616,22 +628,27 @@ static void test_timeout(worker_t *w)
     io_init(&d, &f, w->rank * T_max, T_max);
     poison_out(&d, w->s);
     time_t t0 = time(NULL);
-    EXPECT(forward(l, &d, T_max, w->s) == MOE_EP_SUCCESS, "forward enqueue: %s", errmsg());
+    EXPECT(forward(l, &d, T_max, w->s) == MOE_EP_SUCCESS, "%s forward enqueue: %s", name, errmsg());
+    printf("  rank %d: %s: forward enqueued\n", w->rank, name);
     uint16_t *h = xmalloc((size_t)T_max * f.H * 2);
-    read_out(&d, h, w->s); /* returns once the watchdog aborted the exchange */
+    read_out(&d, h, w->s); /* returns once the watchdog aborted the exchange / the kernel's waits gave up */
     double waited = difftime(time(NULL), t0);
-    EXPECT(waited < 20, "timed out only after %.0f s", waited);
+    printf("  rank %d: %s: outputs read after %.0f s\n", w->rank, name, waited);
+    EXPECT(waited < 20, "%s: timed out only after %.0f s", name, waited);
     moe_ep_status_t as = MOE_EP_SUCCESS;
     moe_ep_group_get_async_error(w->g, &as);
-    EXPECT(as == MOE_EP_ERROR_TIMEOUT, "missing rank: async status %s", moe_ep_status_string(as));
-    printf("  rank %d: %s after %.0f s: %s\n", w->rank, moe_ep_status_string(as), waited, errmsg());
+    EXPECT(as == MOE_EP_ERROR_TIMEOUT, "%s: missing rank: async status %s", name, moe_ep_status_string(as));
+    printf("  rank %d: %s: %s after %.0f s: %s\n", w->rank, name, moe_ep_status_string(as), waited, errmsg());
     int untouched = 1;
     for (int i = 0; i < T_max * f.H; i++) untouched &= h[i] == POISON;
-    EXPECT(untouched, "timed-out forward wrote outputs");
-    EXPECT(forward(l, &d, T_max, w->s) == MOE_EP_ERROR_TIMEOUT, "forward after abort: %s", errmsg());
+    EXPECT(untouched, "%s: timed-out forward wrote outputs", name);
+    EXPECT(forward(l, &d, T_max, w->s) == MOE_EP_ERROR_TIMEOUT, "%s: forward after the timeout: %s", name, errmsg());
     free(h);
     io_free(&d);
+    printf("  rank %d: %s: destroying the layer\n", w->rank, name);
     moe_ep_layer_destroy(l);
+    if (backend == MOE_EP_BACKEND_MEGA) moe_ep_group_reset_async_error(w->g);
+    printf("  rank %d: %s: done\n", w->rank, name);
     fixture_free(&f);
 }
 
@@ -668,11 +685,16 @@ static int run_worker(void)
     test_exchange(&w);
     test_heap(&w);
     test_mismatch(&w);
-    test_layer(&w, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, ROUTE_UNIFORM);
-    test_layer(&w, MOE_EP_PATH_MXFP8, MOE_EP_WIRE_FP4, ROUTE_ONE_RANK);
-    test_layer(&w, MOE_EP_PATH_FP8_BLOCK, MOE_EP_WIRE_MXFP8, ROUTE_SPARSE);
-    test_layer(&w, MOE_EP_PATH_NVFP4, MOE_EP_WIRE_BF16, ROUTE_ONE_EXPERT);
-    if (w.world > 1) test_timeout(&w); /* last: the communicator is aborted */
+    for (int b = 0; b < 2; b++) {
+        moe_ep_backend_t be = b ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT;
+        test_layer(&w, be, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, ROUTE_UNIFORM);
+        test_layer(&w, be, MOE_EP_PATH_MXFP8, MOE_EP_WIRE_FP4, ROUTE_ONE_RANK);
+        test_layer(&w, be, MOE_EP_PATH_FP8_BLOCK, MOE_EP_WIRE_MXFP8, ROUTE_SPARSE);
+        test_layer(&w, be, MOE_EP_PATH_NVFP4, MOE_EP_WIRE_BF16, ROUTE_ONE_EXPERT);
+        test_layer(&w, be, MOE_EP_PATH_W4A8, MOE_EP_WIRE_MXFP8, ROUTE_UNIFORM);
+    }
+    if (w.world > 1) test_timeout(&w, MOE_EP_BACKEND_MEGA); /* in-kernel waits: the group stays usable */
+    if (w.world > 1) test_timeout(&w, MOE_EP_BACKEND_SPLIT); /* last: the communicator is aborted */
     int rc = test_summary("test_nccl --worker");
     if (w.world > 1 && w.rank == w.world - 1) return rc; /* peers are gone: no teardown */
     moe_ep_group_destroy(w.g);
@@ -687,6 +709,7 @@ int main(int argc, char **argv)
         printf("SKIP: no CUDA device usable\n");
         return SKIP;
     }
+    setvbuf(stdout, NULL, _IONBF, 0); /* a killed rank still shows how far it got */
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return run_worker();
     return run_single();
 }
