@@ -687,14 +687,15 @@ static int run_worker(void)
     test_exchange(&w);
     test_heap(&w);
     test_mismatch(&w);
-    for (int b = 0; b < 2; b++) {
-        moe_ep_backend_t be = b ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT;
-        test_layer(&w, be, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, ROUTE_UNIFORM);
-        test_layer(&w, be, MOE_EP_PATH_MXFP8, MOE_EP_WIRE_FP4, ROUTE_ONE_RANK);
-        test_layer(&w, be, MOE_EP_PATH_FP8_BLOCK, MOE_EP_WIRE_MXFP8, ROUTE_SPARSE);
-        test_layer(&w, be, MOE_EP_PATH_NVFP4, MOE_EP_WIRE_BF16, ROUTE_ONE_EXPERT);
-        test_layer(&w, be, MOE_EP_PATH_W4A8, MOE_EP_WIRE_MXFP8, ROUTE_UNIFORM);
-    }
+    /* Every path x wire on both backends; the routing cycles through uniform,
+     * skewed (one rank, one expert) and sparse (-1 slots). */
+    static const route_t routes[] = {ROUTE_UNIFORM, ROUTE_ONE_RANK, ROUTE_SPARSE, ROUTE_ONE_EXPERT};
+    int n = 0;
+    for (int b = 0; b < 2; b++)
+        for (int p = 0; p < MOE_EP_PATH_COUNT_; p++)
+            for (int wi = 0; wi < MOE_EP_WIRE_COUNT_; wi++, n++)
+                test_layer(&w, b ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT, (moe_ep_path_t)p, (moe_ep_wire_t)wi,
+                           routes[n % 4]);
     if (w.world > 1) test_timeout(&w, MOE_EP_BACKEND_MEGA); /* in-kernel waits: the group stays usable */
     /* Split over NCCL: the watchdog's ncclCommAbort does not return while the
      * absent rank keeps its communicator (NCCL 2.28, H200 x2, 2026-11-29), so
