@@ -150,7 +150,8 @@ MOE_EP_API moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group,
 MOE_EP_API moe_ep_status_t moe_ep_group_reset_async_error(moe_ep_group_t group);
 
 /* NCCL groups: one rank per process and GPU (local_ranks 1, first_rank = rank),
- * split backend, world size 1..64. Only in builds with NCCL (>= 2.28); else
+ * split and mega backends, world size 1..64 (mega: the GPUs must reach each
+ * other's memory, NVLink or PCIe peer access). Only in builds with NCCL (>= 2.28); else
  * these return MOE_EP_ERROR_UNSUPPORTED. On an NCCL group these calls are
  * collective (every rank makes them, in the same order, on the same layers):
  * group creation and destruction, layer creation and destruction, forward.

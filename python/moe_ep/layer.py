@@ -123,8 +123,8 @@ class MoEEpLayer:
     local experts, a dict of pre-quantized arrays (keys as moe_ep_expert_weights_t: w13,
     w13_scales, w13_global_scale, w2, ...), or a list of those, one per local rank.
     world_size=R with emulated=True runs R ranks in this process; forward then takes and
-    returns lists of R per-rank tensors. process_group=pg (a torch.distributed group; split,
-    or mega at world size 1) makes an NCCL group of pg's ranks, this process being rank pg.rank() on
+    returns lists of R per-rank tensors. process_group=pg (a torch.distributed group; split
+    or mega) makes an NCCL group of pg's ranks, this process being rank pg.rank() on
     device (default torch.cuda.current_device()); forward then takes this rank's tensors.
     On an NCCL group creation, forward and close() are collective: every rank of pg makes
     them, in the same order (close explicitly or with `with`, not by garbage collection).
