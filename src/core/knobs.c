@@ -48,17 +48,17 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 }
 
 /* GEMM tile rows for this forward: 16 when experts get few rows on average
- * (decode batches: less tensor work on padding); 128 (the TMA + wgmma kernel)
- * for bf16 when they get many, except on the mega backend (no wgmma tile
- * there yet); 64 otherwise (the mega kernel runs 32 for it). The choice never changes results:
+ * (decode batches: less tensor work on padding); 128 (the TMA + wgmma tile)
+ * for bf16 when they get many, on both GPU backends; 64 otherwise (the mega
+ * kernel runs 32 for bf16). The choice never changes results:
  * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
  * each element over K in the same order with the same bits. With device-side
  * token counts the host bound max_tokens_per_rank is used. GEMM CTAs per SM:
  * 0, as many as fit (the occupancy calculator). */
-/* The layer can run the split backend's 128-row TMA + wgmma tile (bf16). */
+/* The layer can run the 128-row TMA + wgmma tile (bf16; N % 256 and K % 64 of both GEMMs). */
 static int wgmma_tile_ok(moe_ep_layer_t l)
 {
-    return l->cfg.backend != MOE_EP_BACKEND_MEGA && l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0;
+    return l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && l->cfg.intermediate % 128 == 0;
 }
 
 static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)

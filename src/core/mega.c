@@ -137,7 +137,8 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
 
 static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k)
 {
-    a->d.tile_rows = k->gemm_tile_rows == 16 ? 16 : 64; /* 128 (split's wgmma): 64; bf16, fp8_block: 32 (mega.cu) */
+    /* 16; 128: the wgmma tile (bf16); else the large mma.sync tile (mega.cu: 64, or 32 for bf16 and fp8_block) */
+    a->d.tile_rows = k->gemm_tile_rows == 16 || k->gemm_tile_rows == 128 ? k->gemm_tile_rows : 64;
     a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
 }
 

@@ -19,8 +19,20 @@
 #include "kernels/plan_scan.cuh"
 #include "kernels/rows.cuh"
 #include "kernels/sm90/gemm_tile.cuh"
+#include "kernels/sm90/wgmma_tile.cuh"
+
+#include <string.h>
 
 #define MEGA_BN 256 /* tile columns of both GEMMs */
+/* The bf16 TMA + wgmma tile (wgmma_tile.cuh: 128 rows, 384 threads) instead of gemm_tile's mma.sync. */
+#define MODE_WGMMA 3
+
+/* Threads of a block: the GEMM tile's. */
+template <int BM, int MODE>
+constexpr int mega_threads()
+{
+    return MODE == MODE_WGMMA ? WG_THREADS : gemm_threads<BM, MEGA_BN>();
+}
 /* Tile rows: 16, or for bf16 and FP8-BLOCK 32 where the split uses 64: a
  * 64 x 256 tile needs 512 threads of at most 128 registers, and inside this
  * kernel (more live state than the split's grouped GEMM) the FP8 tiles then
@@ -241,6 +253,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, uin
 struct mega_params {
     moe_ep_mega_args_t a;
     gemm_args g1, g2;
+    CUtensorMap ta1, tb1, ta2, tb2; /* MODE_WGMMA: A and B of GEMM1 and GEMM2 (else unset) */
 };
 
 template <int BM, int MODE, int SB, bool FIRST>
@@ -261,7 +274,10 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         if (!ok) return false;
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }
-    gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
+    if constexpr (MODE == MODE_WGMMA)
+        wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    else
+        gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     const mega_ctx c = ctx_of(a, sh);
     block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
     return true;
@@ -528,23 +544,24 @@ template <int BM, int MODE>
 __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split_dims_t &d)
 {
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
-    return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
+    if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
+    else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
 
 template <int BM, int MODE>
 static size_t mega_smem_bytes(const moe_ep_split_dims_t &d)
 {
     return mega_shared_offset<BM, MODE>(d) + sizeof(mega_shared) +
-           sizeof(int32_t) * (2 * (d.E + 1) + 2 * gemm_threads<BM, MEGA_BN>());
+           sizeof(int32_t) * (2 * (d.E + 1) + 2 * mega_threads<BM, MODE>());
 }
 
 template <int BM, int MODE, int SB>
-__global__ void __launch_bounds__(gemm_threads<BM, MEGA_BN>(), 1) mega_forward(mega_params p)
+__global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(const __grid_constant__ mega_params p)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;
     mega_shared *sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d));
-    gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
+    if constexpr (MODE != MODE_WGMMA) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
         sh->n_tok = -1, sh->tiles = -1;
@@ -593,7 +610,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     const char *name = "mega_forward";
     size_t smem = mega_smem_bytes<BM, MODE>(a->d);
-    int threads = gemm_threads<BM, MEGA_BN>();
+    int threads = mega_threads<BM, MODE>();
     cudaError_t e = cudaFuncSetAttribute(mega_forward<BM, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)
@@ -603,19 +620,30 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     if (e != cudaSuccess || per_sm < 1)
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: no block fits an SM (%zu B shared memory)", name, smem);
     if (a->d.gemm_ctas_per_sm > 0 && a->d.gemm_ctas_per_sm < per_sm) per_sm = a->d.gemm_ctas_per_sm;
-    mega_params p = {*a, moe_ep_gemm1_args(a->d, a->b), moe_ep_gemm2_args(a->d, a->b)};
+    mega_params p;
+    memset(&p, 0, sizeof p);
+    p.a = *a, p.g1 = moe_ep_gemm1_args(a->d, a->b), p.g2 = moe_ep_gemm2_args(a->d, a->b);
+    if (MODE == MODE_WGMMA) { /* rows of every source rank's slots: the row buffers' capacity */
+        int64_t rows = (int64_t)a->d.R * a->d.T_max * a->d.K;
+        MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
+        MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
+    }
     mega_forward<BM, MODE, SB><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
     return moe_ep_launch_check(name);
 }
 
 /* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4, MXFP8 and
  * W4A8; 32 rows (256 threads) for bf16 and FP8-BLOCK, whose 64-row instances
- * spill here (see the tile rows note above). */
+ * spill here (see the tile rows note above); tile_rows 128 with bf16: the TMA
+ * + wgmma tile (384 threads). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     bool small = a->d.tile_rows == 16;
     switch (moe_ep_path_act_format(a->d.path)) {
-    case MOE_EP_FORMAT_BF16: return small ? launch<16, MODE_BF16, 0>(a, s) : launch<32, MODE_BF16, 0>(a, s);
+    case MOE_EP_FORMAT_BF16:
+        return small                     ? launch<16, MODE_BF16, 0>(a, s)
+               : a->d.tile_rows == 128 ? launch<WG_BM, MODE_WGMMA, 0>(a, s)
+                                       : launch<32, MODE_BF16, 0>(a, s);
     case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK: return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default: return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);

@@ -871,6 +871,37 @@ static void test_large(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* Enough rows per expert for the heuristic's 128-row TMA + wgmma tile (bf16,
+ * rows >= 128 x experts), on every backend under test (mega runs it inside
+ * its persistent kernel); versus_reference also compares mega with split. */
+static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
+{
+    printf("wgmma tile (bf16; E 4, K 2, H 512, I 256, R 2, T 512: 2048 rows)\n");
+    fixture_t f;
+    fixture_init(&f, 4, 2, 512, 256, 1024, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    split_t sp = split_strided(2, 512, 512);
+    for (int i = 0; i < num_backends; i++) { /* the heuristic must pick the wgmma tile here */
+        spec_t s = make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512);
+        s.backend = backends[i];
+        moe_ep_group_t g;
+        moe_ep_layer_t l;
+        moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
+        moe_ep_knob_source_t src;
+        moe_ep_status_t made = make_layer(&f, &s, stream, &g, &l);
+        moe_ep_status_t st = made ? made : moe_ep_layer_get_knobs(l, 512, &k, &src);
+        EXPECT(st == MOE_EP_SUCCESS && k.gemm_tile_rows == 128, "wgmma %s: knobs tile %d (%s)",
+               moe_ep_backend_name(s.backend), k.gemm_tile_rows, st ? errmsg() : "want 128");
+        if (!made) free_layer(g, l);
+    }
+    versus_reference("wgmma", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_MXFP8, 2, 512), &sp, &d, stream);
+    sp.nt[1] = 300; /* a partial last tile on some experts */
+    versus_reference("wgmma uneven", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
 /* Mega: rank 1's tokens never arrive; the forward must end (not hang) with
  * MOE_EP_ERROR_TIMEOUT naming the wait, and after a reset the layer gives the
  * split backend's bytes again. */
@@ -938,6 +969,7 @@ int main(void)
     test_device_weights(&rng, stream);
     test_knobs(&rng, stream);
     test_large(&rng, stream);
+    test_wgmma_tile(&rng, stream);
     test_timeout(&rng, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
     return test_summary("test_split");

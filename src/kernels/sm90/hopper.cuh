@@ -14,6 +14,12 @@ __device__ __forceinline__ void mbar_init(uint64_t *b, int count)
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
 }
 
+/* Before an mbarrier's memory is initialised again (a persistent kernel's next tile). */
+__device__ __forceinline__ void mbar_inval(uint64_t *b)
+{
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
