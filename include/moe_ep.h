@@ -232,12 +232,15 @@ typedef struct moe_ep_layer_config {
     double timeout_seconds;  /* bound on every wait (mega kernel, NCCL), 0 = default 10 s */
     const moe_ep_knobs_t *knobs; /* explicit knobs (copied at creation), NULL = none   */
     int autotune;            /* 1: time knob candidates at first use (GPU backends)    */
+    int num_sms;             /* GPU backends: SMs the layer's persistent grids fill (the mega
+                                kernel; split's mma.sync GEMMs), 0 = all; leaves the rest to
+                                work overlapping the layer. More than the GPU has: all */
 } moe_ep_layer_config_t;
 
 #define MOE_EP_LAYER_CONFIG_INIT                                                              \
     {                                                                                         \
         sizeof(moe_ep_layer_config_t), -1, -1, -1, -1, -1, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, \
-            MOE_EP_BACKEND_REFERENCE, 0.0f, 0.0f, 0.0f, 0, 0.0, NULL, 0                       \
+            MOE_EP_BACKEND_REFERENCE, 0.0f, 0.0f, 0.0f, 0, 0.0, NULL, 0, 0                    \
     }
 
 /* Memory a layer would take, before creating it: on the device (weights in the

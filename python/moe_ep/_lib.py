@@ -39,7 +39,8 @@ class LayerConfig(ctypes.Structure):
                 ("intermediate", c_int), ("max_tokens_per_rank", c_int), ("path", c_int),
                 ("wire", c_int), ("backend", c_int), ("swiglu_limit", c_float),
                 ("fc1_input_scale", c_float), ("fc2_input_scale", c_float), ("num_threads", c_int),
-                ("timeout_seconds", c_double), ("knobs", POINTER(Knobs)), ("autotune", c_int)]
+                ("timeout_seconds", c_double), ("knobs", POINTER(Knobs)), ("autotune", c_int),
+                ("num_sms", c_int)]
 
 
 class ExpertWeights(ctypes.Structure):

@@ -43,12 +43,14 @@ class NcclEpConfig:
 class SplitConfig:
     """GPU: communication, then separate kernels. knobs: None or a dict with
     gemm_tile_rows / gemm_ctas_per_sm (docs/knobs.md); autotune: time candidates at first use;
-    comm: None (NCCL with process_group=, else emulated) or NcclEpConfig() (NCCL always)."""
+    comm: None (NCCL with process_group=, else emulated) or NcclEpConfig() (NCCL always);
+    num_sms: SMs the layer's persistent grids fill (0: all)."""
     path: str = "bf16"
     combine: str = "bf16"
     knobs: Optional[dict] = None
     autotune: bool = False
     comm: Optional[NcclEpConfig] = None
+    num_sms: int = 0
     backend: ClassVar[str] = "split"
 
 
@@ -177,7 +179,7 @@ class MoEEpLayer:
             self.device, cfg.num_threads = -1, self.backend.num_threads
         else:
             self.device = self._device_index(device)
-            cfg.autotune = int(self.backend.autotune)
+            cfg.autotune, cfg.num_sms = int(self.backend.autotune), int(self.backend.num_sms)
             if self.backend.knobs:
                 cfg.knobs = pointer(Knobs(sizeof(Knobs), **self.backend.knobs))  # copied by create
         group, layer, first, local = c_void_p(), c_void_p(), c_int(), c_int()

@@ -74,6 +74,7 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
                    c->num_threads);
     MOE_EP_REQUIRE(isfinite(c->timeout_seconds) && c->timeout_seconds >= 0.0,
                    "timeout_seconds %g", c->timeout_seconds);
+    MOE_EP_REQUIRE(c->num_sms >= 0, "num_sms %d must be >= 0 (0: every SM)", c->num_sms);
     MOE_EP_CHECK(moe_ep_knobs_check_config(c));
     if (c->backend == MOE_EP_BACKEND_MEGA) {
         MOE_EP_REQUIRE(c->hidden % 256 == 0, "mega backend: hidden %d must be a multiple of 256",

@@ -117,6 +117,7 @@ static void fill_dims(moe_ep_layer_t l, moe_ep_split_dims_t *d)
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->group->device);
     d->num_sms = sms > 0 ? sms : 1;
+    if (c->num_sms > 0 && c->num_sms < d->num_sms) d->num_sms = c->num_sms; /* the SMs given to the layer */
 }
 
 moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)

@@ -107,11 +107,12 @@ typedef struct {
     const moe_ep_knobs_t *knobs;
     int autotune;
     double timeout_seconds;
+    int num_sms; /* config.num_sms: 0 = every SM */
 } spec_t;
 
 static spec_t make_spec(moe_ep_path_t path, moe_ep_wire_t wire, int R, int max_tokens)
 {
-    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f, NULL, 0, 0.0};
+    spec_t s = {path, wire, MOE_EP_BACKEND_REFERENCE, R, max_tokens, 0.0f, 0.0f, NULL, 0, 0.0, 0};
     return s;
 }
 
@@ -132,7 +133,7 @@ static moe_ep_status_t make_layer_from(const fixture_t *f, const spec_t *s, cuda
     c.max_tokens_per_rank = s->max_tokens, c.swiglu_limit = f->swiglu_limit;
     c.path = s->path, c.wire = s->wire, c.backend = s->backend;
     if (s->path == MOE_EP_PATH_NVFP4) c.fc1_input_scale = s->s1, c.fc2_input_scale = s->s2;
-    c.knobs = s->knobs, c.autotune = s->autotune, c.timeout_seconds = s->timeout_seconds;
+    c.knobs = s->knobs, c.autotune = s->autotune, c.timeout_seconds = s->timeout_seconds, c.num_sms = s->num_sms;
     if (!st) st = moe_ep_layer_create(*g, &c, l);
     moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
     w.first_expert = 0, w.num_experts = f->E;
@@ -786,6 +787,13 @@ static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, co
         knob_forward(f, &s, sp, d, stream, i ? out : base, &k, MOE_EP_KNOBS_EXPLICIT, label);
         EXPECT(i == 0 || memcmp(base, out, d->out_bytes) == 0, "%s: differs from knobs {16, 1}", label);
     }
+    for (int sms = 1; sms <= 7; sms += 6) { /* the SMs given to the layer: fewer blocks, the same bytes */
+        s.knobs = NULL, s.num_sms = sms;
+        snprintf(label, sizeof label, "%s/%s num_sms %d", moe_ep_path_name(s.path), moe_ep_wire_name(s.wire), sms);
+        knob_forward(f, &s, sp, d, stream, out, NULL, MOE_EP_KNOBS_HEURISTIC, label);
+        EXPECT(memcmp(base, out, d->out_bytes) == 0, "%s: differs from knobs {16, 1}", label);
+    }
+    s.num_sms = 0;
     s.knobs = NULL, s.autotune = 1;
     snprintf(label, sizeof label, "%s/%s autotuned", moe_ep_path_name(s.path), moe_ep_wire_name(s.wire));
     knob_forward(f, &s, sp, d, stream, out, NULL, MOE_EP_KNOBS_AUTOTUNED, label);
