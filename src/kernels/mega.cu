@@ -99,8 +99,19 @@ __device__ __forceinline__ long long global_ns()
     return (long long)t;
 }
 
-/* One thread: spins until *ctr >= target. False when the wait timed out (the
- * error word then says which wait) or another wait failed first. */
+/* A spinning wait gives up: another wait failed first, or this one has run
+ * past a.timeout_ns since start (the error word then says which wait). */
+__device__ __forceinline__ bool wait_gives_up(const moe_ep_mega_args_t &a, long long start, uint32_t kind,
+                                              uint32_t index)
+{
+    if (moe_ep_dev_failed(a.b.error)) return true;
+    if (global_ns() - start <= a.timeout_ns) return false;
+    moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_TIMEOUT, (kind << 20) | (index & 0xFFFFFu));
+    return true;
+}
+
+/* One thread: spins until *ctr >= target. False when the wait timed out or
+ * another wait failed first. */
 __device__ bool spin_until(const int32_t *ctr, int32_t target, const moe_ep_mega_args_t &a, uint32_t kind,
                            uint32_t index)
 {
@@ -109,11 +120,7 @@ __device__ bool spin_until(const int32_t *ctr, int32_t target, const moe_ep_mega
     for (;;) {
         __nanosleep(64);
         if (ld_acquire(ctr) >= target) return true;
-        if (moe_ep_dev_failed(a.b.error)) return false;
-        if (global_ns() - start > a.timeout_ns) {
-            moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_TIMEOUT, (kind << 20) | (index & 0xFFFFFu));
-            return false;
-        }
+        if (wait_gives_up(a, start, kind, index)) return false;
     }
 }
 
@@ -127,11 +134,7 @@ __device__ bool spin_until_sys(const uint32_t *ctr, uint32_t target, const moe_e
     for (;;) {
         __nanosleep(128);
         if ((int32_t)(ld_acquire_sys(ctr) - target) >= 0) return true;
-        if (moe_ep_dev_failed(a.b.error)) return false;
-        if (global_ns() - start > a.timeout_ns) {
-            moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_TIMEOUT, (kind << 20) | (index & 0xFFFFFu));
-            return false;
-        }
+        if (wait_gives_up(a, start, kind, index)) return false;
     }
 }
 
