@@ -49,7 +49,8 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 
 /* GEMM tile rows for this forward: 16 when experts get few rows on average
  * (decode batches: less tensor work on padding); 128 (the TMA + wgmma tile)
- * for bf16 when they get many, on both GPU backends; 64 otherwise (the mega
+ * for bf16 once they average 64 rows (tiles at least half full: wgmma's rate
+ * beats mma.sync's even so), on both GPU backends; 64 otherwise (the mega
  * kernel runs 32 for bf16). The choice never changes results:
  * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
  * each element over K in the same order with the same bits. With device-side
@@ -65,7 +66,7 @@ static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     int64_t experts = l->num_local_experts;
     if (rows <= 24 * experts) return make_knobs(16, 0);
-    if (wgmma_tile_ok(l) && rows >= 128 * experts) return make_knobs(128, 0);
+    if (wgmma_tile_ok(l) && rows >= 64 * experts) return make_knobs(128, 0); /* >= half-full 128-row tiles */
     return make_knobs(64, 0);
 }
 

@@ -534,11 +534,15 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     setenv("XDG_CACHE_HOME", tmp_root, 1); /* would be <tmp>/moe_ep/knobs.txt */
     setenv("MOE_EP_KNOB_CACHE", "off", 1);
     moe_ep_layer_t l = ref_layer(g, MOE_EP_PATH_BF16, 256, NULL, 1);
-    /* 8 local experts: rows <= 192 -> 16; bf16 with H % 256 == 0 and rows >= 1024 -> 128 (wgmma) */
+    /* 8 local experts: rows <= 192 -> 16; bf16 with H % 256 == 0 and rows >= 512 -> 128 (wgmma) */
     moe_ep_knobs_t k = resolve(l, 48, 1, &src);
     EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
     k = resolve(l, 49, 1, &src);
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+    k = resolve(l, 127, 1, &src);
+    EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+    k = resolve(l, 128, 1, &src);
+    EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
     k = resolve(l, 256, 1, &src);
     EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
     moe_ep_knobs_t cand[8];
