@@ -1,6 +1,7 @@
 /* `moe_ep tune`: for each path and T, times the expert stage of the EP8 slice
  * on one GPU (tools/slice.h) with the built-in heuristic's knobs and with
- * every candidate (GEMM tile rows {16, 64} x GEMM CTAs per SM {1, 2}), prints
+ * every candidate (GEMM tile rows {16, 64} x GEMM CTAs per SM {1, 2}, and 128,
+ * the wgmma tile, where the layer runs it), prints
  * the comparison, and writes the fastest candidate to the knob cache
  * (docs/knobs.md) for the slice layer's key. */
 #define _POSIX_C_SOURCE 200809L
@@ -27,7 +28,7 @@ int cmd_tune(int argc, char **argv)
 #include <stdlib.h>
 #include <string.h>
 
-#define CANDIDATES 4
+#define CANDIDATES 5 /* {16, 64} x {1, 2}, then 128 (wgmma) where the layer runs it */
 #define TIMINGS (1 + CANDIDATES) /* the heuristic, then the candidates */
 
 typedef struct {
@@ -58,8 +59,8 @@ static void usage_tune(void)
            "                   [--backend split|mega] [--iters N] [--warmup N]\n"
            "  EP8 slice on one GPU (E/8 experts, top-K, world size 1): times the split backend's\n"
            "  expert stage (or the mega backend's whole forward) with the heuristic's knobs and with\n"
-           "  GEMM tile rows {16, 64} x CTAs per SM\n"
-           "  {1, 2}, and writes the fastest candidate to the knob cache (MOE_EP_KNOB_CACHE, else\n"
+           "  GEMM tile rows {16, 64} x CTAs per SM {1, 2} and the 128-row wgmma tile where the layer\n"
+           "  runs it, and writes the fastest candidate to the knob cache (MOE_EP_KNOB_CACHE, else\n"
            "  $XDG_CACHE_HOME/moe_ep/knobs.txt, else ~/.cache/moe_ep/knobs.txt; docs/knobs.md).\n");
 }
 
@@ -113,7 +114,7 @@ static int time_knobs(const tune_opts_t *o, moe_ep_group_t g, run_ctx_t *c, cons
 static moe_ep_knobs_t candidate(int i)
 {
     moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
-    k.gemm_tile_rows = i / 2 ? 64 : 16, k.gemm_ctas_per_sm = 1 + i % 2;
+    k.gemm_tile_rows = i == 4 ? 128 : i / 2 ? 64 : 16, k.gemm_ctas_per_sm = i == 4 ? 1 : 1 + i % 2;
     return k;
 }
 
@@ -129,6 +130,7 @@ static void tune_cell(const tune_opts_t *o, moe_ep_group_t g, run_ctx_t *c, moe_
     cell->best_us = INFINITY;
     for (int i = -1; i < CANDIDATES; i++, pr->done++, progress(pr, what)) {
         moe_ep_knobs_t k = i < 0 ? cell->heur : candidate(i);
+        if (!moe_ep_knobs_tile_allowed(c->layer, k.gemm_tile_rows)) continue;
         double us = 0;
         ok = ok && time_knobs(o, g, c, &k, s, &us);
         if (ok && i < 0) cell->heur_us = us;

@@ -13,8 +13,15 @@
 
 static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 
-static int tile_ok(int v) { return v == 16 || v == 64; }
+static int tile_ok(int v) { return v == 16 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
+
+/* A layer of this config can run the 128-row TMA + wgmma tile (bf16; N % 256
+ * and K % 64 of both GEMMs). */
+static int wgmma_shape_ok(const moe_ep_layer_config_t *c)
+{
+    return c->path == MOE_EP_PATH_BF16 && c->hidden % 256 == 0 && c->intermediate % 128 == 0;
+}
 
 static moe_ep_knobs_t make_knobs(int tile_rows, int ctas_per_sm)
 {
@@ -32,7 +39,11 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    "knobs.size %zu != sizeof(moe_ep_knobs_t) %zu: use MOE_EP_KNOBS_INIT", k->size,
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_ok(k->gemm_tile_rows),
-                   "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64", k->gemm_tile_rows);
+                   "knobs.gemm_tile_rows %d: 0 (not set), 16, 64 or 128", k->gemm_tile_rows);
+    MOE_EP_REQUIRE(k->gemm_tile_rows != 128 || wgmma_shape_ok(c),
+                   "knobs.gemm_tile_rows 128 (the TMA + wgmma tile): bf16 path with hidden %% 256 == 0 "
+                   "and intermediate %% 128 == 0 only (path %s, hidden %d, intermediate %d)",
+                   moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
                    "knobs.gemm_ctas_per_sm %d: 0 (not set) or 1..4", k->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;
@@ -47,21 +58,18 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
     }
 }
 
+static int wgmma_tile_ok(moe_ep_layer_t l) { return wgmma_shape_ok(&l->cfg); }
+
 /* GEMM tile rows for this forward: 16 when experts get few rows on average
  * (decode batches: less tensor work on padding); 128 (the TMA + wgmma tile)
- * for bf16 once they average 64 rows (tiles at least half full: wgmma's rate
- * beats mma.sync's even so), on both GPU backends; 64 otherwise (the mega
+ * for bf16 once they average 64 rows (tiles at least half full: measured
+ * 2.8-3.4x faster than the mma.sync tiles at 96 rows per expert, T = 512 of
+ * the EP8 slices), on both GPU backends; 64 otherwise (the mega
  * kernel runs 32 for bf16). The choice never changes results:
  * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
  * each element over K in the same order with the same bits. With device-side
  * token counts the host bound max_tokens_per_rank is used. GEMM CTAs per SM:
  * 0, as many as fit (the occupancy calculator). */
-/* The layer can run the 128-row TMA + wgmma tile (bf16; N % 256 and K % 64 of both GEMMs). */
-static int wgmma_tile_ok(moe_ep_layer_t l)
-{
-    return l->cfg.path == MOE_EP_PATH_BF16 && l->cfg.hidden % 256 == 0 && l->cfg.intermediate % 128 == 0;
-}
-
 static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     int64_t experts = l->num_local_experts;
@@ -188,29 +196,30 @@ moe_ep_status_t moe_ep_knobs_resolve(moe_ep_layer_t l, int tokens, int64_t rows,
         merge(&k, &slot->tuned, MOE_EP_KNOBS_AUTOTUNED, &src, &have);
         merge(&k, &slot->cached, MOE_EP_KNOBS_CACHE, &src, &have);
         merge(&k, &h, MOE_EP_KNOBS_HEURISTIC, &src, &have);
+        if (k.gemm_tile_rows == 128 && !wgmma_tile_ok(l)) k.gemm_tile_rows = h.gemm_tile_rows; /* a stray cache entry */
     }
     *knobs = k;
     if (source) *source = src;
     return MOE_EP_SUCCESS;
 }
 
-moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, int64_t rows,
-                                             moe_ep_knobs_t *cand, int max, int *n)
+moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, moe_ep_knobs_t *cand, int max,
+                                             int *n)
 {
     moe_ep_knob_slot_t *slot = slot_of(l, tokens);
     const moe_ep_knobs_t *x = &l->knobs_explicit;
     *n = 0;
     if (!l->cfg.autotune || l->knobs_forced.size || slot->tune_tried) return MOE_EP_SUCCESS;
     slot->tune_tried = 1;
-    int nt = x->gemm_tile_rows ? 1 : 2, nc = x->gemm_ctas_per_sm ? 1 : 2;
-    if (nt * nc < 2) return MOE_EP_SUCCESS; /* explicit knobs leave one choice */
+    /* 128 (the wgmma tile, one CTA per tile: CTAs per SM do not apply) where the layer can run it */
+    int with_wgmma = wgmma_tile_ok(l) && (!x->gemm_tile_rows || x->gemm_tile_rows == 128);
+    int nt = x->gemm_tile_rows ? (x->gemm_tile_rows == 128 ? 0 : 1) : 2, nc = x->gemm_ctas_per_sm ? 1 : 2;
+    if (nt * nc + with_wgmma < 2) return MOE_EP_SUCCESS; /* explicit knobs leave one choice */
     for (int i = 0; i < nt; i++)
         for (int j = 0; j < nc && *n < max; j++)
             cand[(*n)++] = make_knobs(x->gemm_tile_rows ? x->gemm_tile_rows : tune_tiles[i],
                                       x->gemm_ctas_per_sm ? x->gemm_ctas_per_sm : tune_ctas[j]);
-    /* The heuristic's wgmma tile (128, bf16) is no knob value, but the one to beat. */
-    moe_ep_knobs_t h = heuristic(l, rows);
-    if (!x->gemm_tile_rows && !tile_ok(h.gemm_tile_rows) && *n < max) cand[(*n)++] = h;
+    if (with_wgmma && *n < max) cand[(*n)++] = make_knobs(128, 1);
     return MOE_EP_SUCCESS;
 }
 
@@ -218,7 +227,7 @@ moe_ep_status_t moe_ep_knobs_set_tuned(moe_ep_layer_t l, int tokens, const moe_e
 {
     slot_of(l, tokens)->tuned = *knobs;
     if (!tile_ok(knobs->gemm_tile_rows) || !ctas_ok(knobs->gemm_ctas_per_sm))
-        return MOE_EP_SUCCESS; /* the heuristic won: nothing the cache file can hold */
+        return MOE_EP_SUCCESS; /* nothing the cache file can hold */
     if (moe_ep_knobs_store(l, tokens, knobs, us) != MOE_EP_SUCCESS) warn_cache("autotuned knobs not saved");
     return MOE_EP_SUCCESS;
 }
@@ -231,13 +240,18 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
         return MOE_EP_SUCCESS;
     }
     int tile = knobs->gemm_tile_rows;
-    MOE_EP_REQUIRE((tile_ok(tile) || (tile == 128 && wgmma_tile_ok(l))) &&
+    MOE_EP_REQUIRE(moe_ep_knobs_tile_allowed(l, tile) &&
                        (knobs->gemm_ctas_per_sm == 0 || ctas_ok(knobs->gemm_ctas_per_sm)),
-                   "forced knobs (%d, %d): tile rows 16 or 64 (128: the heuristic's wgmma tile, "
-                   "split bf16), CTAs per SM 0..4",
+                   "forced knobs (%d, %d): tile rows 16, 64 or 128 (the wgmma tile: bf16 layers whose "
+                   "shapes allow it), CTAs per SM 0..4",
                    knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     l->knobs_forced = make_knobs(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;
+}
+
+int moe_ep_knobs_tile_allowed(moe_ep_layer_t l, int tile_rows)
+{
+    return tile_ok(tile_rows) && (tile_rows != 128 || wgmma_tile_ok(l));
 }
 
 moe_ep_status_t moe_ep_knobs_heuristic(moe_ep_layer_t l, int tokens, moe_ep_knobs_t *knobs)

@@ -29,22 +29,25 @@ moe_ep_status_t moe_ep_knobs_resolve(moe_ep_layer_t l, int tokens, int64_t rows,
                                      moe_ep_knobs_t *knobs, moe_ep_knob_source_t *source);
 
 /* Autotuning: the candidates to time now for T's bucket (tile rows {16, 64}
- * x CTAs per SM {1, 2} less what explicit knobs fix, plus the heuristic's
- * choice when it is none of these: the 128-row wgmma tile); *n = 0 when there
- * is nothing to do (autotune off, bucket already tried, knobs forced, or
- * explicit knobs leave one choice). Marks the bucket as tried. */
-moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, int64_t rows,
-                                             moe_ep_knobs_t *cand, int max, int *n);
-/* Keeps the winner for T's bucket and writes it to the cache file (unless it
- * is the heuristic's 128-row tile, which the file cannot hold); a failed
- * write is one warning line, not an error. */
+ * x CTAs per SM {1, 2} less what explicit knobs fix, plus the 128-row wgmma
+ * tile where the layer can run it); *n = 0 when there is nothing to do
+ * (autotune off, bucket already tried, knobs forced, or explicit knobs leave
+ * one choice). Marks the bucket as tried. */
+moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, moe_ep_knobs_t *cand, int max,
+                                             int *n);
+/* Keeps the winner for T's bucket and writes it to the cache file (unless
+ * its CTAs per SM are the occupancy calculator's, which the file cannot
+ * hold); a failed write is one warning line, not an error. */
 moe_ep_status_t moe_ep_knobs_set_tuned(moe_ep_layer_t l, int tokens, const moe_ep_knobs_t *knobs,
                                        double us);
 
 /* Tools (moe_ep tune): run every forward with exactly these knobs (tile rows
- * 16 or 64, or 128 where the heuristic would pick it; CTAs per SM 0..4, 0 =
- * occupancy), or as usual again after NULL. */
+ * 16 or 64, or 128 where the layer can run the wgmma tile; CTAs per SM 0..4,
+ * 0 = occupancy), or as usual again after NULL. */
 moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs);
+/* 1 if the layer can run GEMM tiles of this many rows (16, 64; 128: bf16 with
+ * the wgmma tile's shapes). */
+int moe_ep_knobs_tile_allowed(moe_ep_layer_t l, int tile_rows);
 /* The built-in heuristic for T tokens on every local rank (launch values). */
 moe_ep_status_t moe_ep_knobs_heuristic(moe_ep_layer_t l, int tokens, moe_ep_knobs_t *knobs);
 /* Writes knobs (both set) as the layer's cache entry for T's bucket; nothing

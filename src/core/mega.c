@@ -157,7 +157,7 @@ static moe_ep_status_t autotune(moe_ep_layer_t l, moe_ep_mega_args_t *a, moe_ep_
     moe_ep_knobs_t cand[8];
     double us[8];
     int n = 0, best = 0;
-    MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, rows, cand, 8, &n));
+    MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, cand, 8, &n));
     for (int i = 0; i < n; i++) {
         set_knobs(a, &cand[i]);
         MOE_EP_CHECK(moe_ep_time_median_us(enqueue_mega, a, stream, &us[i]));

@@ -318,7 +318,7 @@ static moe_ep_status_t autotune(moe_ep_layer_t l, const moe_ep_split_io_t *io, m
 {
     moe_ep_knobs_t cand[TUNE_MAX_CANDIDATES], k;
     int n = 0;
-    MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, rows, cand, TUNE_MAX_CANDIDATES, &n));
+    MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, cand, TUNE_MAX_CANDIDATES, &n));
     if (n == 0) return MOE_EP_SUCCESS;
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, 1, &k, NULL));
     set_knobs(l->split, &k);

@@ -519,6 +519,11 @@ static void test_precedence(moe_ep_group_t g)
     k = resolve(l, 4000, 1, &src);                      /* bucket 4096: nearest smaller is 64 */
     EXPECT_KNOBS(k, src, 16, 2, MOE_EP_KNOBS_EXPLICIT);
     moe_ep_layer_destroy(l);
+    put_ref_entry(path, 1024, 128, 1); /* a stray 128 (wgmma) entry for an mxfp8 layer: the heuristic's tile */
+    l = ref_layer(g, MOE_EP_PATH_MXFP8, 256, NULL, 0);
+    k = resolve(l, 1024, 1, &src);
+    EXPECT_KNOBS(k, src, 64, 1, MOE_EP_KNOBS_CACHE);
+    moe_ep_layer_destroy(l);
     setenv("MOE_EP_KNOB_CACHE", "off", 1); /* no reads */
     l = ref_layer(g, MOE_EP_PATH_MXFP8, 256, NULL, 0);
     k = resolve(l, 64, 1, &src);
@@ -547,9 +552,9 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
     moe_ep_knobs_t cand[8];
     int n = -1;
-    EXPECT(moe_ep_knobs_tune_candidates(l, 256, 1024, cand, 8, &n) == MOE_EP_SUCCESS && n == 5 &&
+    EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 5 &&
                cand[4].gemm_tile_rows == 128, "bf16 candidates: %d", n);
-    EXPECT(moe_ep_knobs_tune_candidates(l, 200, 800, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "tuned once per bucket");
+    EXPECT(moe_ep_knobs_tune_candidates(l, 200, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "tuned once per bucket");
     EXPECT(moe_ep_knobs_set_tuned(l, 256, &cand[1], 1.0) == MOE_EP_SUCCESS, "set_tuned");
     char xdg_file[160];
     snprintf(xdg_file, sizeof xdg_file, "%s/moe_ep/knobs.txt", tmp_root);
@@ -558,12 +563,12 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     l = ref_layer(g, MOE_EP_PATH_MXFP8, 256, NULL, 1);
     k = resolve(l, 256, 1, &src);
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
-    EXPECT(moe_ep_knobs_tune_candidates(l, 256, 1024, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "mxfp8 candidates: %d", n);
+    EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "mxfp8 candidates: %d", n);
     moe_ep_layer_destroy(l);
     moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
     x.gemm_ctas_per_sm = 3;
     l = ref_layer(g, MOE_EP_PATH_MXFP8, 256, &x, 1);
-    EXPECT(moe_ep_knobs_tune_candidates(l, 8, 32, cand, 8, &n) == MOE_EP_SUCCESS && n == 2 &&
+    EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 2 &&
                cand[0].gemm_ctas_per_sm == 3 && cand[1].gemm_ctas_per_sm == 3, "explicit CTAs: %d candidates", n);
     moe_ep_layer_destroy(l);
     unsetenv("XDG_CACHE_HOME");
@@ -586,6 +591,14 @@ static void test_layer_api(moe_ep_group_t g)
         EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT && moe_ep_last_error()[0] && l == (moe_ep_layer_t)0x1,
                "bad knobs %zu: %s", i, moe_ep_status_string(st));
     }
+    /* 128 (the wgmma tile): bf16 with hidden % 256 == 0 and intermediate % 128 == 0 only */
+    k = (moe_ep_knobs_t)MOE_EP_KNOBS_INIT;
+    k.gemm_tile_rows = 128, c.hidden = 256, c.path = MOE_EP_PATH_MXFP8;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on mxfp8");
+    c.path = MOE_EP_PATH_BF16;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on bf16: %s", moe_ep_last_error());
+    moe_ep_layer_destroy(l);
+    l = (moe_ep_layer_t)0x1, c.hidden = 128;
     c.knobs = NULL, c.autotune = 2;
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "autotune 2");
     k = (moe_ep_knobs_t)MOE_EP_KNOBS_INIT;
