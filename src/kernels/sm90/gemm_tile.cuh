@@ -29,13 +29,7 @@
 #include <cuda_fp16.h>
 
 #define KPAD 8 /* bf16 padding per converted row: no ldmatrix bank conflicts */
-/* K-step ring slots: 3; the 16-row (decode) tile's count can be set at build
- * time for experiments (-DMOE_EP_GEMM_STAGES_16=N, dev/ncu_gemm.sh). */
-#ifndef MOE_EP_GEMM_STAGES_16
-#define MOE_EP_GEMM_STAGES_16 3
-#endif
-template <int BM>
-__host__ __device__ constexpr int gemm_stages() { return BM == 16 ? MOE_EP_GEMM_STAGES_16 : 3; }
+#define STAGES 3
 #define SC_SLOT 16 /* bytes of block scales per row per K step (at most 8 used) */
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
@@ -280,7 +274,7 @@ template <int BM, int BN, int MODE>
 __host__ __device__ __forceinline__ size_t gemm_tables_offset(moe_ep_format_t af, moe_ep_format_t bf)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128;
-    return (size_t)gemm_stages<BM>() * make_layout<BM, BN, MODE != MODE_CVT>(af, bf, BK).slot_bytes;
+    return (size_t)STAGES * make_layout<BM, BN, MODE != MODE_CVT>(af, bf, BK).slot_bytes;
 }
 
 template <int BM, int BN, int MODE>
@@ -329,7 +323,6 @@ template <int BM, int BN, int MODE, int SB, bool SLICED = false>
 __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int e, int64_t row0, int rows_valid, int n0)
 {
     constexpr int BK = MODE == MODE_BF16 ? 64 : 128, NF = 4, MI = warp_shape<BM>::MI, WM = warp_shape<BM>::WM;
-    constexpr int STAGES = gemm_stages<BM>();
     constexpr bool DIRECT = MODE != MODE_CVT;
     typedef __half Row[BK + KPAD];
     const stage_layout L = make_layout<BM, BN, DIRECT>(g.a_fmt, g.b_fmt, BK);
