@@ -235,7 +235,7 @@ typedef struct moe_ep_layer_config {
     const moe_ep_knobs_t *knobs; /* explicit knobs (copied at creation), NULL = none   */
     int autotune;            /* 1: time knob candidates at first use (GPU backends)    */
     int num_sms;             /* GPU backends: SMs the layer's persistent grids fill (the mega
-                                kernel; split's mma.sync GEMMs), 0 = all; leaves the rest to
+                                kernel; split's GEMMs), 0 = all; leaves the rest to
                                 work overlapping the layer. More than the GPU has: all */
 } moe_ep_layer_config_t;
 

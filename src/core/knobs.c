@@ -60,21 +60,21 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 
 static int wgmma_tile_ok(moe_ep_layer_t l) { return wgmma_shape_ok(&l->cfg); }
 
-/* GEMM tile rows for this forward: 16 when experts get few rows on average
- * (decode batches: less tensor work on padding); 128 (the TMA + wgmma tile)
- * for bf16 once they average 64 rows (tiles at least half full: measured
- * 2.8-3.4x faster than the mma.sync tiles at 96 rows per expert, T = 512 of
- * the EP8 slices), on both GPU backends; 64 otherwise (the mega
- * kernel runs 32 for bf16). The choice never changes results:
- * a row's arithmetic does not depend on its tile, and HGMMA and mma.sync sum
- * each element over K in the same order with the same bits. With device-side
- * token counts the host bound max_tokens_per_rank is used. GEMM CTAs per SM:
- * 0, as many as fit (the occupancy calculator). */
+/* GEMM tile rows for this forward. bf16 layers whose shapes allow it: 128,
+ * the TMA + wgmma tile, at every T (measured on the EP8 slices, T = 8 .. 512:
+ * 1.25-3.4x faster than the best mma.sync tile even when mostly empty: its TMA
+ * ring streams the weights at close to the copy bandwidth). Otherwise 16 when
+ * experts get few rows on average (decode batches: less tensor work on
+ * padding), 64 else (the mega kernel runs 32 for fp8_block). The choice never
+ * changes results: a row's arithmetic does not depend on its tile, and HGMMA
+ * and mma.sync sum each element over K in the same order with the same bits.
+ * With device-side token counts the host bound max_tokens_per_rank is used.
+ * GEMM CTAs per SM: 0, as many as fit (the occupancy calculator). */
 static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     int64_t experts = l->num_local_experts;
+    if (wgmma_tile_ok(l)) return make_knobs(128, 0);
     if (rows <= 24 * experts) return make_knobs(16, 0);
-    if (wgmma_tile_ok(l) && rows >= 64 * experts) return make_knobs(128, 0); /* >= half-full 128-row tiles */
     return make_knobs(64, 0);
 }
 

@@ -539,14 +539,10 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     setenv("XDG_CACHE_HOME", tmp_root, 1); /* would be <tmp>/moe_ep/knobs.txt */
     setenv("MOE_EP_KNOB_CACHE", "off", 1);
     moe_ep_layer_t l = ref_layer(g, MOE_EP_PATH_BF16, 256, NULL, 1);
-    /* 8 local experts: rows <= 192 -> 16; bf16 with H % 256 == 0 and rows >= 512 -> 128 (wgmma) */
-    moe_ep_knobs_t k = resolve(l, 48, 1, &src);
-    EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
-    k = resolve(l, 49, 1, &src);
-    EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
-    k = resolve(l, 127, 1, &src);
-    EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
-    k = resolve(l, 128, 1, &src);
+    /* bf16 with H % 256 == 0 and I % 128 == 0: 128 (wgmma) at every T */
+    moe_ep_knobs_t k = resolve(l, 1, 1, &src);
+    EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
+    k = resolve(l, 48, 1, &src);
     EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
     k = resolve(l, 256, 1, &src);
     EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
@@ -561,6 +557,10 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT(!file_exists(xdg_file) && !file_exists(path), "MOE_EP_KNOB_CACHE=off wrote a file");
     moe_ep_layer_destroy(l);
     l = ref_layer(g, MOE_EP_PATH_MXFP8, 256, NULL, 1);
+    k = resolve(l, 48, 1, &src); /* 8 local experts: rows <= 192 -> 16, else 64 */
+    EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
+    k = resolve(l, 49, 1, &src);
+    EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
     k = resolve(l, 256, 1, &src);
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
     EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "mxfp8 candidates: %d", n);

@@ -771,14 +771,16 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
     free_layer(g, l);
 }
 
-/* Explicit knobs {16,1} {64,1} {16,2} {64,2}, then autotuning (into a
- * temporary knob cache), then the cache, give the same bytes. */
+/* Explicit knobs {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the wgmma tile,
+ * on bf16), then autotuning (into a temporary knob cache), then the cache,
+ * give the same bytes. */
 static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,
                              cudaStream_t stream, uint16_t *base, uint16_t *out)
 {
-    static const int sets[4][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}};
+    static const int sets[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}};
     char label[96];
-    for (int i = 0; i < 4; i++) {
+    int n_sets = s.path == MOE_EP_PATH_BF16 && f->H % 256 == 0 && f->I % 128 == 0 ? 5 : 4;
+    for (int i = 0; i < n_sets; i++) {
         moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
         k.gemm_tile_rows = sets[i][0], k.gemm_ctas_per_sm = sets[i][1];
         s.knobs = &k;
