@@ -237,12 +237,17 @@ typedef struct moe_ep_layer_config {
     int num_sms;             /* GPU backends: SMs the layer's persistent grids fill (the mega
                                 kernel; split's GEMMs), 0 = all; leaves the rest to
                                 work overlapping the layer. More than the GPU has: all */
+    int fp8_fast_accum;      /* fp8_block path, GPU backends: 1 = sum FP8 products in the
+                                FP8 tensor cores (QGMMA, promoted to fp32 every 128 of K,
+                                as DeepSeek's FP8 GEMMs): 1.5-3x faster, about 5e-3 from
+                                the fp32 sums (docs/formats.md); 0 = exact products, fp32
+                                sums. Other paths: no effect */
 } moe_ep_layer_config_t;
 
 #define MOE_EP_LAYER_CONFIG_INIT                                                              \
     {                                                                                         \
         sizeof(moe_ep_layer_config_t), -1, -1, -1, -1, -1, MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, \
-            MOE_EP_BACKEND_REFERENCE, 0.0f, 0.0f, 0.0f, 0, 0.0, NULL, 0, 0                    \
+            MOE_EP_BACKEND_REFERENCE, 0.0f, 0.0f, 0.0f, 0, 0.0, NULL, 0, 0, 0                 \
     }
 
 /* Memory a layer would take, before creating it: on the device (weights in the

@@ -59,7 +59,7 @@ static void usage_bench(void)
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
            "                    [--wire bf16|mxfp8|fp4] [--ranks R | --nccl] [--iters N] [--warmup N]\n"
-           "                    [--out FILE]\n"
+           "                    [--fp8-fast-accum] [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
            "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
            "  tokens routed uniformly over all R E/8 experts (R = 8: the emulated EP8 group).\n"
@@ -68,6 +68,7 @@ static void usage_bench(void)
            "    scripts/nccl_launch.sh W build/tools/moe_ep bench --nccl [options]\n"
            "  (env MOE_EP_RANK, MOE_EP_WORLD_SIZE, MOE_EP_NCCL_ID_FILE; rank r on GPU r). Times the\n"
            "  whole forward (p50) and its NVLink bytes per rank; rank 0 writes the table.\n"
+           "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the QGMMA tile).\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -140,6 +141,7 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
     parse_backends(o, "split");
     o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1;
     o->nccl = take_flag(&argc, argv, "--nccl");
+    o->fp8_fast_accum = take_flag(&argc, argv, "--fp8-fast-accum");
     int r = slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
     if (r == 0 && o->nccl && o->ranks != 1)
         return fprintf(stderr, "moe_ep bench: --nccl takes W from nccl_launch.sh, not --ranks\n"), 2;
@@ -424,7 +426,9 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
         return;
     }
     slice_t sl;
-    if (slice_make(&sl, g, bench_max_tokens(o), o->ranks))
+    int made = slice_make(&sl, g, bench_max_tokens(o), o->ranks);
+    sl.fp8_fast_accum = o->fp8_fast_accum;
+    if (made)
         for (int p = 0; p < o->npath; p++)
             for (int b = 0; b < o->nback; b++)
                 bench_layer(o, &sl, ce, o->paths[p], o->backends[b], s, &cells[p * o->nback + b],
@@ -478,6 +482,7 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
     fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
     fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): %.0f TFLOP/s%s%s\n",
             c->fp8_flops / 1e12, c->fp8_estimated ? " -- " : "", c->fp8_estimated ? c->fp8_note : "");
+    if (o->fp8_fast_accum) fprintf(f, "- fp8_fast_accum: on (fp8_block GEMMs on the QGMMA tile)\n");
     if (o->ranks == 1)
         fprintf(f, "- EP8 slice on one GPU: E/8 experts, top-K, world size 1, T tokens (T*K rows), uniform routing;");
     else

@@ -294,6 +294,7 @@ moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wi
     /* NVFP4 static activation scales: x ~ N(0, 1) (amax about 5), SwiGLU output amax about 16. */
     c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 16.0f;
     c.timeout_seconds = sl->self >= 0 ? SLICE_NCCL_TIMEOUT_S : 0.0; /* seconds; 0: the default 10 */
+    c.fp8_fast_accum = sl->fp8_fast_accum;
     *l = NULL;
     moe_ep_status_t st = moe_ep_layer_create(g, &c, l);
     if (st == MOE_EP_SUCCESS) st = load_slice_weights(*l, sl, g, s);

@@ -40,7 +40,7 @@ class LayerConfig(ctypes.Structure):
                 ("wire", c_int), ("backend", c_int), ("swiglu_limit", c_float),
                 ("fc1_input_scale", c_float), ("fc2_input_scale", c_float), ("num_threads", c_int),
                 ("timeout_seconds", c_double), ("knobs", POINTER(Knobs)), ("autotune", c_int),
-                ("num_sms", c_int)]
+                ("num_sms", c_int), ("fp8_fast_accum", c_int)]
 
 
 class ExpertWeights(ctypes.Structure):

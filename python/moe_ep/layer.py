@@ -44,13 +44,15 @@ class SplitConfig:
     """GPU: communication, then separate kernels. knobs: None or a dict with
     gemm_tile_rows / gemm_ctas_per_sm (docs/knobs.md); autotune: time candidates at first use;
     comm: None (NCCL with process_group=, else emulated) or NcclEpConfig() (NCCL always);
-    num_sms: SMs the layer's persistent grids fill (0: all)."""
+    num_sms: SMs the layer's persistent grids fill (0: all); fp8_fast_accum: fp8_block path,
+    sum FP8 products in the FP8 tensor cores (faster, about 5e-3 from fp32 sums)."""
     path: str = "bf16"
     combine: str = "bf16"
     knobs: Optional[dict] = None
     autotune: bool = False
     comm: Optional[NcclEpConfig] = None
     num_sms: int = 0
+    fp8_fast_accum: bool = False
     backend: ClassVar[str] = "split"
 
 
@@ -180,6 +182,7 @@ class MoEEpLayer:
         else:
             self.device = self._device_index(device)
             cfg.autotune, cfg.num_sms = int(self.backend.autotune), int(self.backend.num_sms)
+            cfg.fp8_fast_accum = int(self.backend.fp8_fast_accum)
             if self.backend.knobs:
                 cfg.knobs = pointer(Knobs(sizeof(Knobs), **self.backend.knobs))  # copied by create
         group, layer, first, local = c_void_p(), c_void_p(), c_int(), c_int()

@@ -2,6 +2,8 @@
  * layer's per-bucket table, and moe_ep_layer_get_knobs. */
 #include "core/knobs.h"
 
+#include "kernels/split_kernels.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -16,11 +18,14 @@ static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 static int tile_ok(int v) { return v == 16 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
-/* A layer of this config can run the 128-row TMA + wgmma tile (bf16; N % 256
- * and K % 64 of both GEMMs). */
-static int wgmma_shape_ok(const moe_ep_layer_config_t *c)
+/* The tile rows a layer of this config can run: FP8-BLOCK on the QGMMA tile
+ * (fp8_fast_accum) only 64 (that tile, at every T: its bits differ from the
+ * FP8 mma.sync's); bf16 with the HGMMA tile's shapes 16, 64 or 128; else 16, 64. */
+static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
-    return c->path == MOE_EP_PATH_BF16 && c->hidden % 256 == 0 && c->intermediate % 128 == 0;
+    if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return v == 64;
+    if (v == 128) return moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate);
+    return v == 16 || v == 64;
 }
 
 static moe_ep_knobs_t make_knobs(int tile_rows, int ctas_per_sm)
@@ -38,12 +43,11 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
     MOE_EP_REQUIRE(k->size == sizeof(moe_ep_knobs_t),
                    "knobs.size %zu != sizeof(moe_ep_knobs_t) %zu: use MOE_EP_KNOBS_INIT", k->size,
                    sizeof(moe_ep_knobs_t));
-    MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_ok(k->gemm_tile_rows),
-                   "knobs.gemm_tile_rows %d: 0 (not set), 16, 64 or 128", k->gemm_tile_rows);
-    MOE_EP_REQUIRE(k->gemm_tile_rows != 128 || wgmma_shape_ok(c),
-                   "knobs.gemm_tile_rows 128 (the TMA + wgmma tile): bf16 path with hidden %% 256 == 0 "
-                   "and intermediate %% 128 == 0 only (path %s, hidden %d, intermediate %d)",
-                   moe_ep_path_name(c->path), c->hidden, c->intermediate);
+    MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
+                   "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16, "
+                   "and fp8_block with fp8_fast_accum only 64 (its QGMMA tile), when hidden %% 256 == 0 "
+                   "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
+                   k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
                    "knobs.gemm_ctas_per_sm %d: 0 (not set) or 1..4", k->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;
@@ -58,23 +62,23 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
     }
 }
 
-static int wgmma_tile_ok(moe_ep_layer_t l) { return wgmma_shape_ok(&l->cfg); }
-
-/* GEMM tile rows for this forward. bf16 layers whose shapes allow it: 128,
- * the TMA + wgmma tile, at every T (measured on the EP8 slices, T = 8 .. 512:
- * 1.25-3.4x faster than the best mma.sync tile even when mostly empty: its TMA
- * ring streams the weights at close to the copy bandwidth). Otherwise 16 when
- * experts get few rows on average (decode batches: less tensor work on
- * padding), 64 else (the mega kernel runs 32 for fp8_block). The choice never
- * changes results: a row's arithmetic does not depend on its tile, and HGMMA
- * and mma.sync sum each element over K in the same order with the same bits.
- * With device-side token counts the host bound max_tokens_per_rank is used.
- * GEMM CTAs per SM: 0, as many as fit (the occupancy calculator). */
+/* GEMM tile rows for this forward. Layers whose shapes allow a TMA + wgmma
+ * tile run it at every T: FP8-BLOCK with fp8_fast_accum the 64-row QGMMA tile
+ * (the only one it may run); bf16 the 128-row HGMMA tile (measured on the EP8 slices, T = 8 ..
+ * 512: 1.25-3.4x faster than the best mma.sync tile even when mostly empty:
+ * its TMA ring streams the weights at close to the copy bandwidth). Otherwise
+ * 16 when experts get few rows on average (decode batches: less tensor work
+ * on padding), 64 else. A row's arithmetic does not depend on its tile among
+ * those a layer may run (HGMMA and mma.sync sum each element over K in the
+ * same order with the same bits). With device-side token counts the host
+ * bound max_tokens_per_rank is used. GEMM CTAs per SM: 0, as many as fit
+ * (the occupancy calculator). */
 static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
-    int64_t experts = l->num_local_experts;
-    if (wgmma_tile_ok(l)) return make_knobs(128, 0);
-    if (rows <= 24 * experts) return make_knobs(16, 0);
+    const moe_ep_layer_config_t *c = &l->cfg;
+    if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return make_knobs(64, 0);
+    if (moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate)) return make_knobs(128, 0);
+    if (rows <= 24 * (int64_t)l->num_local_experts) return make_knobs(16, 0);
     return make_knobs(64, 0);
 }
 
@@ -196,7 +200,7 @@ moe_ep_status_t moe_ep_knobs_resolve(moe_ep_layer_t l, int tokens, int64_t rows,
         merge(&k, &slot->tuned, MOE_EP_KNOBS_AUTOTUNED, &src, &have);
         merge(&k, &slot->cached, MOE_EP_KNOBS_CACHE, &src, &have);
         merge(&k, &h, MOE_EP_KNOBS_HEURISTIC, &src, &have);
-        if (k.gemm_tile_rows == 128 && !wgmma_tile_ok(l)) k.gemm_tile_rows = h.gemm_tile_rows; /* a stray cache entry */
+        if (!tile_allowed(&l->cfg, k.gemm_tile_rows)) k.gemm_tile_rows = h.gemm_tile_rows; /* a stray cache entry */
     }
     *knobs = k;
     if (source) *source = src;
@@ -211,8 +215,10 @@ moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, moe_e
     *n = 0;
     if (!l->cfg.autotune || l->knobs_forced.size || slot->tune_tried) return MOE_EP_SUCCESS;
     slot->tune_tried = 1;
-    /* 128 (the wgmma tile, one CTA per tile: CTAs per SM do not apply) where the layer can run it */
-    int with_wgmma = wgmma_tile_ok(l) && (!x->gemm_tile_rows || x->gemm_tile_rows == 128);
+    const moe_ep_layer_config_t *c = &l->cfg;
+    if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return MOE_EP_SUCCESS; /* one tile, one CTA per SM */
+    /* 128 (the HGMMA tile, one CTA per SM: CTAs per SM do not apply) where the layer can run it */
+    int with_wgmma = tile_allowed(c, 128) && (!x->gemm_tile_rows || x->gemm_tile_rows == 128);
     int nt = x->gemm_tile_rows ? (x->gemm_tile_rows == 128 ? 0 : 1) : 2, nc = x->gemm_ctas_per_sm ? 1 : 2;
     if (nt * nc + with_wgmma < 2) return MOE_EP_SUCCESS; /* explicit knobs leave one choice */
     for (int i = 0; i < nt; i++)
@@ -242,8 +248,8 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
     int tile = knobs->gemm_tile_rows;
     MOE_EP_REQUIRE(moe_ep_knobs_tile_allowed(l, tile) &&
                        (knobs->gemm_ctas_per_sm == 0 || ctas_ok(knobs->gemm_ctas_per_sm)),
-                   "forced knobs (%d, %d): tile rows 16, 64 or 128 (the wgmma tile: bf16 layers whose "
-                   "shapes allow it), CTAs per SM 0..4",
+                   "forced knobs (%d, %d): tile rows the layer can run (16, 64; 128 bf16 HGMMA; "
+                   "fp8_block with fp8_fast_accum only 64), CTAs per SM 0..4",
                    knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     l->knobs_forced = make_knobs(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;
@@ -251,7 +257,7 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
 
 int moe_ep_knobs_tile_allowed(moe_ep_layer_t l, int tile_rows)
 {
-    return tile_ok(tile_rows) && (tile_rows != 128 || wgmma_tile_ok(l));
+    return tile_allowed(&l->cfg, tile_rows);
 }
 
 moe_ep_status_t moe_ep_knobs_heuristic(moe_ep_layer_t l, int tokens, moe_ep_knobs_t *knobs)

@@ -75,6 +75,8 @@ static moe_ep_status_t check_config(moe_ep_group_t group, const moe_ep_layer_con
     MOE_EP_REQUIRE(isfinite(c->timeout_seconds) && c->timeout_seconds >= 0.0,
                    "timeout_seconds %g", c->timeout_seconds);
     MOE_EP_REQUIRE(c->num_sms >= 0, "num_sms %d must be >= 0 (0: every SM)", c->num_sms);
+    MOE_EP_REQUIRE(c->fp8_fast_accum == 0 || c->fp8_fast_accum == 1, "fp8_fast_accum %d: 0 or 1",
+                   c->fp8_fast_accum);
     MOE_EP_CHECK(moe_ep_knobs_check_config(c));
     if (c->backend == MOE_EP_BACKEND_MEGA) {
         MOE_EP_REQUIRE(c->hidden % 256 == 0, "mega backend: hidden %d must be a multiple of 256",

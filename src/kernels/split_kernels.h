@@ -3,8 +3,8 @@
  *
  * Rows. A row is one (rank, token, slot) whose expert id is >= 0. Rows are laid
  * out expert-major over all experts on this GPU: expert e owns rows
- * [expert_offset[e], expert_offset[e+1]); GEMM tiles are tile_rows (16 or 64)
- * rows of one expert.
+ * [expert_offset[e], expert_offset[e+1]); GEMM tiles are tile_rows (16, 64 or
+ * 128) rows of one expert.
  * In an emulated group the experts of rank q are contiguous, so rank q's
  * receive buffer is the span of its experts' rows.
  *
@@ -36,6 +36,21 @@ extern "C" {
 
 #define MOE_EP_GPU_MAX_RANKS 64 /* local ranks of one launch (emulated group) */
 
+/* The TMA + wgmma tiles a layer can run (both GEMMs: N % 256, K % 64 or 128):
+ * bf16 the 128-row HGMMA tile (a knob choice: its bits equal mma.sync's);
+ * FP8-BLOCK with config.fp8_fast_accum the 64-row QGMMA tile, then at every T
+ * and on both GPU backends (its bits differ from the FP8 mma.sync's, so a
+ * layer never mixes them). */
+static inline int moe_ep_hgmma_fits(moe_ep_path_t path, int H, int I)
+{
+    return path == MOE_EP_PATH_BF16 && H % 256 == 0 && I % 128 == 0;
+}
+
+static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+{
+    return fp8_fast_accum && path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
+}
+
 /* Device error word: kind in the top 8 bits, detail below. */
 #define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
 #define MOE_EP_DEVERR_BAD_TOKENS 2u  /* detail: the rank */
@@ -49,7 +64,8 @@ typedef struct moe_ep_split_dims {
     moe_ep_wire_t wire;
     float swiglu_limit, fc1_scale, fc2_scale;
     int num_sms;
-    int tile_rows;            /* GEMM tile rows (16, 64; 128: wgmma, bf16), chosen per forward */
+    int tile_rows;            /* GEMM tile rows (16, 64; 128: HGMMA, bf16), chosen per forward */
+    int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the QGMMA tile */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
                                  occupancy; 0 = as many as fit (occupancy calculator) */
 } moe_ep_split_dims_t;

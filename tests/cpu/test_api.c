@@ -66,6 +66,7 @@ static void test_configs(moe_ep_group_t g)
     BAD_CONFIG(c.num_threads = -1);
     BAD_CONFIG(c.timeout_seconds = -1.0);
     BAD_CONFIG(c.num_sms = -1);
+    BAD_CONFIG(c.fp8_fast_accum = 2);
     EXPECT(l == (moe_ep_layer_t)0x1, "layer written on failure");
     c = small_config();
     EXPECT_STATUS(moe_ep_layer_create(NULL, &c, &l), MOE_EP_ERROR_INVALID_ARGUMENT);

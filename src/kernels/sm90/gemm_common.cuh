@@ -101,8 +101,9 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
     }
 }
 
-/* The wgmma (TMA + mbarrier, warp-specialised) grouped GEMM for bf16
- * operands with 128-row tiles; wgmma_gemm.cu. */
+/* The wgmma (TMA + mbarrier, warp-specialised) grouped GEMM: bf16 operands
+ * on 128-row HGMMA tiles, FP8-BLOCK operands on 64-row QGMMA tiles;
+ * wgmma_gemm.cu. */
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int64_t rows_capacity, int num_sms, cudaStream_t s,
                                          const char *name);
 

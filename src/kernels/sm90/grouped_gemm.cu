@@ -10,6 +10,7 @@
  * block) through the tile prefix of the plan. 128-row tiles go to the TMA +
  * wgmma kernel (bf16, wgmma_gemm.cu). */
 #include "kernels/sm90/gemm_tile.cuh"
+#include "kernels/sm90/qgmma_tile.cuh"
 
 template <int BM, int BN, int MODE, int SB>
 __global__ void __launch_bounds__(gemm_threads<BM, BN>(), 1) grouped_gemm(gemm_args g)
@@ -56,11 +57,17 @@ static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_
     }
 }
 
-/* tile_rows 128: the TMA + wgmma kernel (bf16, wgmma_gemm.cu); 16 and 64: mma.sync. */
+/* The TMA + wgmma kernel (wgmma_gemm.cu) for tile_rows 128 (bf16) and for
+ * FP8-BLOCK layers with fp8_fast_accum (the QGMMA tile; tile_rows is then 64:
+ * the knobs allow nothing else); else mma.sync, 16 or 64 rows. */
 template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
-    if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, (int64_t)d.R * d.T_max * d.K, d.num_sms, s, name);
+    bool qgmma = moe_ep_qgmma_on(d.path, d.H, d.I, d.fp8_fast_accum);
+    if (qgmma && d.tile_rows != QG_BM)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: FP8-BLOCK with %d-row tiles (the QGMMA tile has %d)", name,
+                           d.tile_rows, QG_BM);
+    if (d.tile_rows == 128 || qgmma) return moe_ep_launch_gemm_wgmma(g, (int64_t)d.R * d.T_max * d.K, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

@@ -18,8 +18,7 @@
 
 #include "kernels/sm90/gemm_common.cuh"
 #include "kernels/sm90/hopper.cuh"
-
-#include <cudaTypedefs.h>
+#include "kernels/sm90/tma_map.cuh"
 
 #define WG_BM 128
 #define WG_BN 256
@@ -38,6 +37,39 @@ struct wg_smem {
 
 __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
+/* The ring's mbarriers, by thread 0 (then the caller synchronises): full[i]
+ * completes on the producer's arrival plus the TMA bytes, empty[i] on the 256
+ * consumer threads' arrivals. */
+template <int NS>
+__device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty)
+{
+    for (int i = 0; i < NS; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 256);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* After the block synchronised at the end of a tile: the next tile (mega)
+ * initialises the barriers again. */
+template <int NS>
+__device__ __forceinline__ void wg_ring_inval(uint64_t *full, uint64_t *empty)
+{
+    for (int i = 0; i < NS; i++) mbar_inval(&full[i]), mbar_inval(&empty[i]);
+}
+
+/* A wgmma D fragment of NJ 8-column blocks into the fp32 tile C (pitch BN + 4)
+ * at rows r (and r + 8) and columns c0 + 8j + 2 (lane % 4): warp w of a
+ * warpgroup holds rows 16w..16w+15 of its 64; per block j, d[4j..4j+1] at
+ * row lane/4, d[4j+2..4j+3] at row lane/4 + 8. */
+template <int NJ, int BN>
+__device__ __forceinline__ void wg_store_fragment(float (*C)[BN + 4], const float *d, int r, int c0, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int c = c0 + 8 * j + (lane % 4) * 2;
+        C[r][c] = d[4 * j], C[r][c + 1] = d[4 * j + 1];
+        C[r + 8][c] = d[4 * j + 2], C[r + 8][c + 1] = d[4 * j + 3];
+    }
+}
+
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
  * dynamic shared memory. ta / tb: tensor maps of A ([rows][K], box 128 x 64)
  * and B ([E * N][K], box 256 x 64), in parameter or global memory. The tile
@@ -48,10 +80,7 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
 {
     wg_smem &s = *(wg_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / WG_BK;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < WG_STAGES; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 256);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(s.full, s.empty);
     __syncthreads();
     if (wg == 0) { /* producer */
         if (t == 0) {
@@ -87,50 +116,13 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
         wgmma_wait<0>();
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
         float(*C)[WG_BN + 4] = (float(*)[WG_BN + 4])(void *)&s;
-        /* D fragment: warp w holds rows 16w..16w+15 of the warpgroup's 64; per
-         * 8-column block j: d[4j..4j+1] at row lane/4, d[4j+2..4j+3] at row lane/4 + 8. */
-        int warp = t / 32, lane = t % 32, r = row_off + 16 * warp + lane / 4;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            int c = 8 * j + (lane % 4) * 2;
-            C[r][c] = d[4 * j], C[r][c + 1] = d[4 * j + 1];
-            C[r + 8][c] = d[4 * j + 2], C[r + 8][c + 1] = d[4 * j + 3];
-        }
+        int warp = t / 32, lane = t % 32;
+        wg_store_fragment<32, WG_BN>(C, d, row_off + 16 * warp + lane / 4, 0, lane);
         wg_consumer_barrier();
         epilogue<WG_BM, WG_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
-    if (threadIdx.x == 0) /* the next tile (mega) initialises them again */
-        for (int i = 0; i < WG_STAGES; i++) mbar_inval(&s.full[i]), mbar_inval(&s.empty[i]);
-}
-
-/* ---- host: tensor maps ------------------------------------------------------ */
-
-static inline PFN_cuTensorMapEncodeTiled_v12000 wg_encode_fn(void)
-{
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    if (!fn) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-    }
-    return fn;
-}
-
-/* A 2-D bf16 tensor map over [rows][cols] with a box of box_rows x 64, 128-byte swizzle. */
-static inline moe_ep_status_t wg_make_map(CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int box_rows)
-{
-    PFN_cuTensorMapEncodeTiled_v12000 fn = wg_encode_fn();
-    if (!fn) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
-    cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, elem,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "cuTensorMapEncodeTiled failed (%d)", (int)r);
-    return MOE_EP_SUCCESS;
+    if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(s.full, s.empty);
 }
 
 /* The tensor maps of one GEMM (A rows, B weights) for the tile. */
@@ -138,8 +130,8 @@ static inline moe_ep_status_t wg_make_maps(const gemm_args &g, int64_t rows_capa
 {
     if (g.a_fmt != MOE_EP_FORMAT_BF16 || g.b_fmt != MOE_EP_FORMAT_BF16 || g.N % WG_BN || g.K % WG_BK)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the wgmma tile takes bf16 operands, N %% 256, K %% 64");
-    MOE_EP_CHECK(wg_make_map(ta, g.a, rows_capacity, g.K, WG_BM));
-    return wg_make_map(tb, g.b, (int64_t)g.E * g.N, g.K, WG_BN);
+    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 2, WG_BM));
+    return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 2, WG_BN);
 }
 
 #endif

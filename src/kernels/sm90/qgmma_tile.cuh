@@ -1,0 +1,133 @@
+/* The FP8-BLOCK TMA + QGMMA tile as a device function, for the split
+ * backend's grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 64 x 256
+ * output tile of one expert, computed by a block of WG_THREADS = 384 threads.
+ *
+ * Operands: A = 64 activation rows, B = 256 weight rows, both E4M3 and
+ * K-major, K in steps of QG_BK = 128 (one FP8-BLOCK scale block, one 128-byte
+ * swizzle atom per row). Warpgroup 0 produces (one thread issues the TMA
+ * copies of each K step into a ring of QG_STAGES stages completing on
+ * mbarriers); warpgroups 1 and 2 consume, warpgroup 1 the tile's columns
+ * 0..127 (GEMM1: the 128 gate columns), warpgroup 2 columns 128..255 (the up
+ * columns), each with 4 wgmma m64n128k32 per K step into a partial sum that
+ * is then promoted: acc = fmaf(part, sa[row] * sw, acc), with sa the row's
+ * activation scale and sw the weight block's scale of this K block (one per
+ * 128 x 128 weight block: a warpgroup's 128 columns are one block).
+ *
+ * Registers: 64 fp32 accumulators + 64 partial sums per thread; two 64 x 256
+ * (or one 128 x 256) warpgroup tiles would need 256.
+ *
+ * Opt-in (config.fp8_fast_accum): the FP8 tensor cores sum their products at
+ * reduced precision (measured on the H200: FP8-BLOCK outputs 5e-3 from the
+ * fp32 reference with the bf16 wire, where the exact mma.sync path is within
+ * 1e-4; promoting every k32 instead of every k128 only gains 1.5x and costs
+ * 20 %), as in DeepSeek's own FP8 GEMMs. A layer that opts in runs this tile
+ * at every T on both GPU backends: its bits differ from the FP8 mma.sync's,
+ * so one layer never mixes the two. */
+#ifndef MOE_EP_QGMMA_TILE_CUH
+#define MOE_EP_QGMMA_TILE_CUH
+
+#include "kernels/sm90/wgmma_tile.cuh"
+
+#define QG_BM 64
+#define QG_BN 256
+#define QG_BK 128 /* E4M3 elements (= bytes) per row per K step */
+#define QG_STAGES 4
+
+struct qg_smem {
+    uint8_t a[QG_STAGES][QG_BM * QG_BK]; /* 8 KB per stage, 1024-byte aligned */
+    uint8_t b[QG_STAGES][QG_BN * QG_BK]; /* 32 KB per stage */
+    uint64_t full[QG_STAGES], empty[QG_STAGES];
+};
+
+#define QG_SMEM_BYTES (sizeof(qg_smem) + 1024)
+
+/* One K step of a consumer warpgroup: 4 x m64n128k32 into part (zeroed
+ * first), then acc += part * (s0 for the fragment's row r, s1 for row r + 8). */
+__device__ __forceinline__ void qg_step(float *acc, float *part, const uint8_t *a, const uint8_t *b, float s0, float s1)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < QG_BK / 32; kk++) /* +32 bytes (2 x 16 B) per k32 step */
+        wgmma_m64n128k32_e4m3(part, smem_desc(a) + 2 * kk, smem_desc(b) + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+    }
+}
+
+/* Every thread of a 384-thread block calls it. smem_raw: QG_SMEM_BYTES of
+ * dynamic shared memory. ta / tb: tensor maps of A ([rows][K] bytes, box
+ * 64 x 128) and B ([E * N][K] bytes, box 256 x 128). The tile covers rows
+ * [row0, row0 + rows_valid) of expert e and columns [n0, n0 + 256). Ends with
+ * the block synchronised and shared memory free again. */
+__device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
+                                           uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
+{
+    qg_smem &s = *(qg_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / QG_BK;
+    if (threadIdx.x == 0) wg_ring_init<QG_STAGES>(s.full, s.empty);
+    __syncthreads();
+    if (wg == 0) { /* producer */
+        if (t == 0) {
+            /* A may have been written by other blocks of this launch: order those
+             * (generic proxy) writes before this thread's TMA (async proxy) reads. */
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            for (int kt = 0; kt < n_k; kt++) {
+                int st = kt % QG_STAGES;
+                mbar_wait(&s.empty[st], ((kt / QG_STAGES) & 1) ^ 1);
+                mbar_expect_tx(&s.full[st], (QG_BM + QG_BN) * QG_BK);
+                tma_load_2d(s.a[st], ta, &s.full[st], kt * QG_BK, (int)row0);
+                tma_load_2d(s.b[st], tb, &s.full[st], kt * QG_BK, e * g.N + n0);
+            }
+        }
+    } else { /* consumers: warpgroup h = wg - 1 owns columns [128 h, 128 h + 128) */
+        int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4; /* rows r and r + 8 */
+        /* Scales (fp32): the rows' per K block (0 past rows_valid: those rows are never
+         * stored), the weight block's on its first row. Read through L2 (rows may come
+         * from other SMs of this launch). */
+        const float *sa0 = (const float *)(g.a_scales + (row0 + r) * g.a_scale_stride);
+        const float *sa1 = (const float *)(g.a_scales + (row0 + r + 8) * g.a_scale_stride);
+        const float *sw = (const float *)(g.b_scales + ((int64_t)e * g.N + n0 + 128 * h) *
+                                                           moe_ep_row_scale_bytes(g.b_fmt, g.K));
+        bool v0 = r < rows_valid, v1 = r + 8 < rows_valid;
+        float acc[64], part[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+        for (int kt = 0; kt < n_k; kt++) {
+            int st = kt % QG_STAGES;
+            float w = __ldcg(sw + kt), s0 = v0 ? __ldcg(sa0 + kt) * w : 0.0f, s1 = v1 ? __ldcg(sa1 + kt) * w : 0.0f;
+            mbar_wait(&s.full[st], (kt / QG_STAGES) & 1);
+            qg_step(acc, part, s.a[st], &s.b[st][128 * h * QG_BK], s0, s1);
+            mbar_arrive(&s.empty[st]);
+        }
+        wg_consumer_barrier(); /* every stage read; C may now overwrite them */
+        float(*C)[QG_BN + 4] = (float(*)[QG_BN + 4])(void *)&s;
+        wg_store_fragment<16, QG_BN>(C, acc, r, 128 * h, lane);
+        wg_consumer_barrier();
+        epilogue<QG_BM, QG_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+    }
+    __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
+    if (threadIdx.x == 0) wg_ring_inval<QG_STAGES>(s.full, s.empty);
+}
+
+/* 1 if the GEMM can run on this tile: FP8-BLOCK operands, N % 256, K % 128. */
+__host__ __device__ __forceinline__ bool qg_fits(const gemm_args &g)
+{
+    return g.a_fmt == MOE_EP_FORMAT_FP8_BLOCK && g.b_fmt == MOE_EP_FORMAT_FP8_BLOCK && g.N % QG_BN == 0 &&
+           g.K % QG_BK == 0;
+}
+
+/* The tensor maps of one GEMM (A rows, B weights) for the tile. */
+static inline moe_ep_status_t qg_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
+{
+    if (!qg_fits(g)) return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the QGMMA tile takes FP8-BLOCK operands, N %% 256, K %% 128");
+    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, QG_BM));
+    return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, QG_BN);
+}
+
+#endif
