@@ -63,11 +63,16 @@ static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_
 template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
+    int64_t rows = (int64_t)d.R * d.T_max * d.K;
     bool qgmma = moe_ep_qgmma_on(d.path, d.H, d.I, d.fp8_fast_accum);
     if (qgmma && d.tile_rows != QG_BM)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: FP8-BLOCK with %d-row tiles (the QGMMA tile has %d)", name,
                            d.tile_rows, QG_BM);
-    if (d.tile_rows == 128 || qgmma) return moe_ep_launch_gemm_wgmma(g, (int64_t)d.R * d.T_max * d.K, d.num_sms, s, name);
+    if (qgmma) return moe_ep_launch_gemm_wgmma(g, TILE_QGMMA, rows, d.num_sms, s, name);
+    if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, rows, d.num_sms, s, name);
+#ifdef MOE_EP_FP8_F16_TILE /* experiment: the exact FP8-BLOCK path's 64-row tiles on fp16 HGMMA */
+    if (d.tile_rows == 64 && moe_ep_qgmma_on(d.path, d.H, d.I, 1)) return moe_ep_launch_gemm_wgmma(g, TILE_FP8_F16, rows, d.num_sms, s, name);
+#endif
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

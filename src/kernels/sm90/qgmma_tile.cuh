@@ -41,16 +41,37 @@ struct qg_smem {
 
 #define QG_SMEM_BYTES (sizeof(qg_smem) + 1024)
 
-/* One K step of a consumer warpgroup: 4 x m64n128k32 into part (zeroed
- * first), then acc += part * (s0 for the fragment's row r, s1 for row r + 8). */
-__device__ __forceinline__ void qg_step(float *acc, float *part, const uint8_t *a, const uint8_t *b, float s0, float s1)
+/* FP8-BLOCK scales of a consumer thread (fp32): the activation scale rows of
+ * its fragment rows r and r + 8 (0 past rows_valid: those rows are never
+ * stored) and its warpgroup's weight block, on the block's first row (one
+ * scale per 128 x 128 weight block: a warpgroup's 128 columns are one block).
+ * Read through L2: rows may come from other SMs of this launch. */
+struct fp8_block_scales {
+    const float *sa0, *sa1, *sw;
+    bool v0, v1;
+};
+
+__device__ __forceinline__ fp8_block_scales fp8_scales_of(const gemm_args &g, int e, int64_t row0, int rows_valid,
+                                                          int n0, int h, int r)
 {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < QG_BK / 32; kk++) /* +32 bytes (2 x 16 B) per k32 step */
-        wgmma_m64n128k32_e4m3(part, smem_desc(a) + 2 * kk, smem_desc(b) + 2 * kk, kk > 0 ? 1 : 0);
-    wgmma_commit();
-    wgmma_wait<0>();
+    fp8_block_scales s;
+    s.sa0 = (const float *)(g.a_scales + (row0 + r) * g.a_scale_stride);
+    s.sa1 = (const float *)(g.a_scales + (row0 + r + 8) * g.a_scale_stride);
+    s.sw = (const float *)(g.b_scales + ((int64_t)e * g.N + n0 + 128 * h) * moe_ep_row_scale_bytes(g.b_fmt, g.K));
+    s.v0 = r < rows_valid, s.v1 = r + 8 < rows_valid;
+    return s;
+}
+
+/* The products s_x * s_w of K block kb for rows r (s0) and r + 8 (s1). */
+__device__ __forceinline__ void fp8_scales_at(const fp8_block_scales &s, int kb, float &s0, float &s1)
+{
+    float w = __ldcg(s.sw + kb);
+    s0 = s.v0 ? __ldcg(s.sa0 + kb) * w : 0.0f, s1 = s.v1 ? __ldcg(s.sa1 + kb) * w : 0.0f;
+}
+
+/* acc += part * (s0 for the fragment's row r, s1 for row r + 8). */
+__device__ __forceinline__ void fp8_promote(float *acc, const float *part, float s0, float s1)
+{
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
@@ -58,6 +79,17 @@ __device__ __forceinline__ void qg_step(float *acc, float *part, const uint8_t *
         acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
         acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
     }
+}
+
+/* One K step of a consumer warpgroup: 4 x m64n128k32 into part (zeroed first). */
+__device__ __forceinline__ void qg_step(float *part, const uint8_t *a, const uint8_t *b)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < QG_BK / 32; kk++) /* +32 bytes (2 x 16 B) per k32 step */
+        wgmma_m64n128k32_e4m3(part, smem_desc(a) + 2 * kk, smem_desc(b) + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: QG_SMEM_BYTES of
@@ -87,23 +119,18 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
         }
     } else { /* consumers: warpgroup h = wg - 1 owns columns [128 h, 128 h + 128) */
         int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4; /* rows r and r + 8 */
-        /* Scales (fp32): the rows' per K block (0 past rows_valid: those rows are never
-         * stored), the weight block's on its first row. Read through L2 (rows may come
-         * from other SMs of this launch). */
-        const float *sa0 = (const float *)(g.a_scales + (row0 + r) * g.a_scale_stride);
-        const float *sa1 = (const float *)(g.a_scales + (row0 + r + 8) * g.a_scale_stride);
-        const float *sw = (const float *)(g.b_scales + ((int64_t)e * g.N + n0 + 128 * h) *
-                                                           moe_ep_row_scale_bytes(g.b_fmt, g.K));
-        bool v0 = r < rows_valid, v1 = r + 8 < rows_valid;
+        const fp8_block_scales sc = fp8_scales_of(g, e, row0, rows_valid, n0, h, r);
         float acc[64], part[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.0f;
         for (int kt = 0; kt < n_k; kt++) {
             int st = kt % QG_STAGES;
-            float w = __ldcg(sw + kt), s0 = v0 ? __ldcg(sa0 + kt) * w : 0.0f, s1 = v1 ? __ldcg(sa1 + kt) * w : 0.0f;
+            float s0, s1;
+            fp8_scales_at(sc, kt, s0, s1);
             mbar_wait(&s.full[st], (kt / QG_STAGES) & 1);
-            qg_step(acc, part, s.a[st], &s.b[st][128 * h * QG_BK], s0, s1);
+            qg_step(part, s.a[st], &s.b[st][128 * h * QG_BK]);
             mbar_arrive(&s.empty[st]);
+            fp8_promote(acc, part, s0, s1);
         }
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
         float(*C)[QG_BN + 4] = (float(*)[QG_BN + 4])(void *)&s;
