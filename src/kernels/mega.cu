@@ -19,7 +19,7 @@
 #include "kernels/plan_scan.cuh"
 #include "kernels/rows.cuh"
 #include "kernels/sm90/gemm_tile.cuh"
-#include "kernels/sm90/qgmma_tile.cuh"
+#include "kernels/sm90/fp8_f16_tile.cuh"
 
 #include <string.h>
 
@@ -28,12 +28,14 @@
  * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows). */
 #define MODE_WGMMA 3
 #define MODE_QGMMA 4
+#define MODE_FP8F16 5 /* FP8-BLOCK exact on fp16 HGMMA (fp8_f16_tile.cuh, 64 rows) */
+#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || (m) == MODE_FP8F16)
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
 constexpr int mega_threads()
 {
-    return MODE == MODE_WGMMA || MODE == MODE_QGMMA ? WG_THREADS : gemm_threads<BM, MEGA_BN>();
+    return MODE_TMA(MODE) ? WG_THREADS : gemm_threads<BM, MEGA_BN>();
 }
 /* Tile rows: 16, or for bf16 and FP8-BLOCK 32 where the split uses 64: a
  * 64 x 256 tile needs 512 threads of at most 128 registers, and inside this
@@ -258,7 +260,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, uin
 struct mega_params {
     moe_ep_mega_args_t a;
     gemm_args g1, g2;
-    CUtensorMap ta1, tb1, ta2, tb2; /* MODE_WGMMA / MODE_QGMMA: A and B of GEMM1 and GEMM2 (else unset) */
+    CUtensorMap ta1, tb1, ta2, tb2; /* the TMA modes: A and B of GEMM1 and GEMM2 (else unset) */
 };
 
 template <int BM, int MODE, int SB, bool FIRST>
@@ -283,6 +285,8 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    else if constexpr (MODE == MODE_FP8F16)
+        fp8_f16_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     const mega_ctx c = ctx_of(a, sh);
@@ -553,6 +557,7 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
+    else if constexpr (MODE == MODE_FP8F16) return (FF_SMEM_BYTES + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
 
@@ -569,7 +574,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
     extern __shared__ __align__(16) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;
     mega_shared *sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d));
-    if constexpr (MODE != MODE_WGMMA && MODE != MODE_QGMMA) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
+    if constexpr (!MODE_TMA(MODE)) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
         sh->n_tok = -1, sh->tiles = -1;
@@ -638,6 +643,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     } else if (MODE == MODE_QGMMA) {
         MOE_EP_CHECK(qg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(qg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
+    } else if (MODE == MODE_FP8F16) {
+        MOE_EP_CHECK(ff_make_maps(p.g1, rows, &p.ta1, &p.tb1));
+        MOE_EP_CHECK(ff_make_maps(p.g2, rows, &p.ta2, &p.tb2));
     }
     mega_forward<BM, MODE, SB><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
     return moe_ep_launch_check(name);
@@ -647,7 +655,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
  * W4A8; 32 rows (256 threads) for bf16 and FP8-BLOCK, whose 64-row instances
  * spill here (see the tile rows note above); tile_rows 128 with bf16: the TMA
  * + HGMMA tile (384 threads); FP8-BLOCK layers with fp8_fast_accum: the QGMMA
- * tile (64 rows, 384 threads; tile_rows is then always 64). */
+ * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK's large
+ * tile where its shapes allow: the exact fp16 HGMMA tile (64 rows, 384
+ * threads, the bits of mma.sync). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     bool small = a->d.tile_rows == 16;
@@ -659,6 +669,7 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
+        if (!small && moe_ep_fp8_f16_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_FP8F16, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default: return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }

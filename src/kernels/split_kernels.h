@@ -37,7 +37,8 @@ extern "C" {
 #define MOE_EP_GPU_MAX_RANKS 64 /* local ranks of one launch (emulated group) */
 
 /* The TMA + wgmma tiles a layer can run (both GEMMs: N % 256, K % 64 or 128):
- * bf16 the 128-row HGMMA tile (a knob choice: its bits equal mma.sync's);
+ * bf16 the 128-row HGMMA tile and FP8-BLOCK the 64-row fp16 HGMMA tile
+ * (knob choices: their bits equal mma.sync's);
  * FP8-BLOCK with config.fp8_fast_accum the 64-row QGMMA tile, then at every T
  * and on both GPU backends (its bits differ from the FP8 mma.sync's, so a
  * layer never mixes them). */
@@ -49,6 +50,13 @@ static inline int moe_ep_hgmma_fits(moe_ep_path_t path, int H, int I)
 static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
     return fp8_fast_accum && path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
+}
+
+/* FP8-BLOCK's exact 64-row tiles on fp16 HGMMA (E4M3 widened to fp16, exact;
+ * the same bits as its mma.sync tiles, so a knob choice). */
+static inline int moe_ep_fp8_f16_fits(moe_ep_path_t path, int H, int I)
+{
+    return path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
 }
 
 /* Device error word: kind in the top 8 bits, detail below. */

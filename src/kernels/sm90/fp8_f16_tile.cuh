@@ -1,8 +1,10 @@
-/* The exact FP8-BLOCK tile on Hopper tensor cores (experiment: built only
- * with -DMOE_EP_FP8_F16_TILE, dev/ncu_gemm.sh; docs/design.md): E4M3 values
- * are exact in fp16, so fp16 wgmma (HGMMA) on widened operands gives exact
- * products and fp32 sums, where QGMMA's FP8 sums keep fewer bits
- * (qgmma_tile.cuh). One 64 x 256 output tile of one expert, 384 threads.
+/* The exact FP8-BLOCK tile on Hopper tensor cores, for the split backend's
+ * grouped GEMM (wgmma_gemm.cu) and the mega kernel: E4M3 values are exact in
+ * fp16, so fp16 wgmma (HGMMA) on widened operands gives exact products and
+ * fp32 sums, where QGMMA's FP8 sums keep fewer bits (qgmma_tile.cuh).
+ * Measured on the H200: the same bits as the FP8 mma.sync tiles (test_split's
+ * knob test, test_tiles), so it is the FP8-BLOCK path's 64-row tile, a knob
+ * choice. One 64 x 256 output tile of one expert, 384 threads.
  *
  * Warpgroup 0: thread 0 issues the TMA copies of the raw E4M3 rows (A: 64 x
  * 64 bytes, B: 256 x 64 bytes per K step of 64, dense) into a ring of
@@ -60,8 +62,6 @@ __device__ __forceinline__ void ff_widen(const uint8_t *raw, __half *out, int ro
         *(uint4 *)(row + (((2 * q + 1) ^ (r & 7)) << 4)) = hi;
     }
 }
-
-__device__ __forceinline__ void ff_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
 
 /* Warpgroup 0: TMA of the raw stages (thread 0), widening by all 128 threads. */
 __device__ __forceinline__ void ff_produce(ff_smem &s, const gemm_args &g, const CUtensorMap *ta,

@@ -57,9 +57,10 @@ static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_
     }
 }
 
-/* The TMA + wgmma kernel (wgmma_gemm.cu) for tile_rows 128 (bf16) and for
+/* The TMA + wgmma kernel (wgmma_gemm.cu) for tile_rows 128 (bf16), for
  * FP8-BLOCK layers with fp8_fast_accum (the QGMMA tile; tile_rows is then 64:
- * the knobs allow nothing else); else mma.sync, 16 or 64 rows. */
+ * the knobs allow nothing else) and for FP8-BLOCK's exact 64-row tiles (fp16
+ * HGMMA); else mma.sync, 16 or 64 rows. */
 template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
@@ -70,9 +71,8 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
                            d.tile_rows, QG_BM);
     if (qgmma) return moe_ep_launch_gemm_wgmma(g, TILE_QGMMA, rows, d.num_sms, s, name);
     if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, rows, d.num_sms, s, name);
-#ifdef MOE_EP_FP8_F16_TILE /* experiment: the exact FP8-BLOCK path's 64-row tiles on fp16 HGMMA */
-    if (d.tile_rows == 64 && moe_ep_qgmma_on(d.path, d.H, d.I, 1)) return moe_ep_launch_gemm_wgmma(g, TILE_FP8_F16, rows, d.num_sms, s, name);
-#endif
+    if (d.tile_rows == 64 && moe_ep_fp8_f16_fits(d.path, d.H, d.I))
+        return moe_ep_launch_gemm_wgmma(g, TILE_FP8_F16, rows, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

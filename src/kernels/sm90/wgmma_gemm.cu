@@ -1,9 +1,8 @@
 /* Grouped GEMM on the Hopper TMA + wgmma tiles: a persistent grid walks the
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
- * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh) or, in
- * the experiment build (-DMOE_EP_FP8_F16_TILE), the exact FP8-BLOCK tile on
- * fp16 HGMMA (fp8_f16_tile.cuh). */
+ * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh) or the
+ * exact FP8-BLOCK tile on fp16 HGMMA (64 x 256, fp8_f16_tile.cuh). */
 #include "kernels/sm90/fp8_f16_tile.cuh"
 
 template <int KIND>
