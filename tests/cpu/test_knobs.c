@@ -565,6 +565,12 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
     EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "mxfp8 candidates: %d", n);
     moe_ep_layer_destroy(l);
+    l = ref_layer(g, MOE_EP_PATH_FP8_BLOCK, 256, NULL, 1);
+    k = resolve(l, 8, 1, &src); /* fp8_block with H % 256, I % 128: 16 up to 4 rows per expert (32), then 64 */
+    EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
+    k = resolve(l, 9, 1, &src);
+    EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+    moe_ep_layer_destroy(l);
     moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
     x.gemm_ctas_per_sm = 3;
     l = ref_layer(g, MOE_EP_PATH_MXFP8, 256, &x, 1);
