@@ -121,10 +121,11 @@ static spec_t make_spec(moe_ep_path_t path, moe_ep_wire_t wire, int R, int max_t
  * are ~5e-3 from the fp32 reference, and every requantization or wire rounding
  * that lands on the other side of a rounding point moves an element by a
  * whole FP8/FP4 step (measured: bf16 wire 3-6e-3, MXFP8 wire 5e-3-1.5e-2,
- * FP4 wire 1.6-3.6e-2 at 2 tokens). */
+ * FP4 wire 1.6-3.6e-2 at 2 tokens); about 3x above the largest seen, since
+ * the inputs are fresh random numbers on every run. */
 static double spec_tolerance(const spec_t *s)
 {
-    static const double fast_tol[MOE_EP_WIRE_COUNT_] = {1e-2, 3e-2, 6e-2};
+    static const double fast_tol[MOE_EP_WIRE_COUNT_] = {2e-2, 4e-2, 1e-1};
     return s->fp8_fast_accum && s->path == MOE_EP_PATH_FP8_BLOCK ? fast_tol[s->wire] : tolerance(s->path, s->wire);
 }
 
