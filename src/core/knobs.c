@@ -81,7 +81,7 @@ static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
     const moe_ep_layer_config_t *c = &l->cfg;
     if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return make_knobs(64, 0);
     if (moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate)) return make_knobs(128, 0);
-    if (moe_ep_fp8_f16_fits(c->path, c->hidden, c->intermediate)) /* 64: the fp16 HGMMA tile */
+    if (moe_ep_f16_widen_fits(c->path, c->hidden, c->intermediate)) /* 64: the fp16 HGMMA tile */
         return make_knobs(rows <= 4 * (int64_t)l->num_local_experts ? 16 : 64, 0);
     if (rows <= 24 * (int64_t)l->num_local_experts) return make_knobs(16, 0);
     return make_knobs(64, 0);

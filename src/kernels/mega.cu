@@ -19,7 +19,7 @@
 #include "kernels/plan_scan.cuh"
 #include "kernels/rows.cuh"
 #include "kernels/sm90/gemm_tile.cuh"
-#include "kernels/sm90/fp8_f16_tile.cuh"
+#include "kernels/sm90/f16_widen_tile.cuh"
 
 #include <string.h>
 
@@ -28,8 +28,11 @@
  * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows). */
 #define MODE_WGMMA 3
 #define MODE_QGMMA 4
-#define MODE_FP8F16 5 /* FP8-BLOCK exact on fp16 HGMMA (fp8_f16_tile.cuh, 64 rows) */
-#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || (m) == MODE_FP8F16)
+#define MODE_FP8F16 5 /* FP8-BLOCK exact on fp16 HGMMA (f16_widen_tile.cuh, 64 rows) */
+#define MODE_NVF16 6  /* NVFP4 on fp16 HGMMA (f16_widen_tile.cuh, 64 rows; experiment build) */
+#define MODE_WIDEN(m) ((m) == MODE_FP8F16 || (m) == MODE_NVF16)
+#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m))
+#define WIDEN_OF(m) ((m) == MODE_NVF16 ? WIDEN_NVFP4 : WIDEN_FP8)
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
@@ -285,8 +288,9 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
-    else if constexpr (MODE == MODE_FP8F16)
-        fp8_f16_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    else if constexpr (MODE_WIDEN(MODE))
+        f16_widen_tile<WIDEN_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e,
+                                       row0, rows_valid, n0);
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     const mega_ctx c = ctx_of(a, sh);
@@ -557,7 +561,7 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
-    else if constexpr (MODE == MODE_FP8F16) return (FF_SMEM_BYTES + 15) / 16 * 16;
+    else if constexpr (MODE_WIDEN(MODE)) return (FF_SMEM_BYTES + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
 
@@ -643,9 +647,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     } else if (MODE == MODE_QGMMA) {
         MOE_EP_CHECK(qg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(qg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
-    } else if (MODE == MODE_FP8F16) {
-        MOE_EP_CHECK(ff_make_maps(p.g1, rows, &p.ta1, &p.tb1));
-        MOE_EP_CHECK(ff_make_maps(p.g2, rows, &p.ta2, &p.tb2));
+    } else if (MODE_WIDEN(MODE)) {
+        MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g1, rows, &p.ta1, &p.tb1));
+        MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g2, rows, &p.ta2, &p.tb2));
     }
     mega_forward<BM, MODE, SB><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
     return moe_ep_launch_check(name);
@@ -669,9 +673,13 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
-        if (!small && moe_ep_fp8_f16_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_FP8F16, 128>(a, s);
+        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_FP8F16, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
-    default: return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
+    default:
+#ifdef MOE_EP_NVFP4_F16_TILE /* experiment: NVFP4's large tile on fp16 HGMMA */
+        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_NVF16, 0>(a, s);
+#endif
+        return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }
 }
 

@@ -2,13 +2,15 @@
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
  * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh) or the
- * exact FP8-BLOCK tile on fp16 HGMMA (64 x 256, fp8_f16_tile.cuh). */
-#include "kernels/sm90/fp8_f16_tile.cuh"
+ * exact FP8-BLOCK (and, experiment build, NVFP4) tile on fp16 HGMMA (64 x
+ * 256, f16_widen_tile.cuh). */
+#include "kernels/sm90/f16_widen_tile.cuh"
 
 template <int KIND>
 struct tile_shape {
     static constexpr int BM = KIND == TILE_BF16 ? WG_BM : 64, BN = 256;
     static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES : FF_SMEM_BYTES;
+    static constexpr int WIDEN = KIND == TILE_NVFP4_F16 ? WIDEN_NVFP4 : WIDEN_FP8; /* the widening tiles' format */
 };
 
 template <int KIND>
@@ -25,7 +27,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BM;
         int rows_valid = (int)min((int64_t)BM, (int64_t)g.expert_offset[e + 1] - row0);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
-        else if constexpr (KIND == TILE_FP8_F16) fp8_f16_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        else if constexpr (KIND == TILE_FP8_F16 || KIND == TILE_NVFP4_F16)
+            f16_widen_tile<tile_shape<KIND>::WIDEN>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
     }
 }
@@ -38,9 +41,9 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     constexpr int BM = tile_shape<KIND>::BM, BN = tile_shape<KIND>::BN;
     const size_t smem = tile_shape<KIND>::SMEM;
     CUtensorMap ta, tb;
-    MOE_EP_CHECK(KIND == TILE_QGMMA    ? qg_make_maps(g, rows_capacity, &ta, &tb)
-                 : KIND == TILE_FP8_F16 ? ff_make_maps(g, rows_capacity, &ta, &tb)
-                                        : wg_make_maps(g, rows_capacity, &ta, &tb));
+    MOE_EP_CHECK(KIND == TILE_QGMMA ? qg_make_maps(g, rows_capacity, &ta, &tb)
+                 : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
+                                     : ff_make_maps<tile_shape<KIND>::WIDEN>(g, rows_capacity, &ta, &tb));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));
     int64_t m_tiles = (rows_capacity + BM - 1) / BM + g.E, grid = m_tiles * (g.N / BN);
@@ -55,6 +58,9 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t r
     switch (kind) {
     case TILE_BF16: return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
     case TILE_QGMMA: return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
+#ifdef MOE_EP_NVFP4_F16_TILE
+    case TILE_NVFP4_F16: return launch<TILE_NVFP4_F16>(g, rows_capacity, num_sms, s, name);
+#endif
     default: return launch<TILE_FP8_F16>(g, rows_capacity, num_sms, s, name);
     }
 }

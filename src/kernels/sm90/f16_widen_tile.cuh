@@ -1,0 +1,260 @@
+/* Exact tiles on Hopper's fp16 tensor cores for quantized operands, for the
+ * split backend's grouped GEMM (wgmma_gemm.cu) and the mega kernel: the
+ * operands are widened to fp16, which holds them exactly, and fp16 wgmma
+ * (HGMMA) gives exact products and fp32 sums (QGMMA's FP8 sums keep fewer
+ * bits: qgmma_tile.cuh). One 64 x 256 output tile of one expert, 384 threads.
+ *
+ *   FP8-BLOCK (WIDEN_FP8): E4M3 -> fp16; partial sums promoted once per
+ *     128-wide K block, acc = fmaf(part, s_x * s_w, acc). Measured on the
+ *     H200: the same bits as the FP8 mma.sync tiles, so it is the path's
+ *     64-row tile, a knob choice.
+ *   NVFP4 (WIDEN_NVFP4, experiment: only with -DMOE_EP_NVFP4_F16_TILE, not
+ *     yet run): E2M1 x its E4M3 block scale -> fp16 (exact, as the NVFP4
+ *     mma.sync tile does), one fp32 sum over K, the global scales applied once
+ *     at the end.
+ *
+ * Warpgroup 0: thread 0 issues the TMA copies of the raw rows (A: 64 rows,
+ * B: 256 rows, RAW_BYTES bytes each per K step of 64 elements, dense) into a
+ * ring of FF_RAW stages; all 128 threads widen each raw stage to fp16 in the
+ * wgmma operand layout (128-byte rows, 128-byte swizzle) in a ring of FF_CVT
+ * stages. Warpgroups 1 and 2 (columns 0..127 and 128..255, as in the QGMMA
+ * tile) issue 4 wgmma m64n128k16 f16 per K step. */
+#ifndef MOE_EP_F16_WIDEN_TILE_CUH
+#define MOE_EP_F16_WIDEN_TILE_CUH
+
+#include "kernels/sm90/qgmma_tile.cuh"
+
+#include <cuda_fp16.h>
+
+#define FF_BM 64
+#define FF_BN 256
+#define FF_BK 64 /* K elements per step: one 128-byte fp16 row */
+#define FF_RAW 4
+#define FF_CVT 2
+
+enum { WIDEN_FP8 = 0, WIDEN_NVFP4 = 1 };
+
+/* Raw bytes per row per K step: E4M3 64, E2M1 32. */
+template <int FMT>
+__host__ __device__ constexpr int ff_raw_bytes() { return FMT == WIDEN_FP8 ? FF_BK : FF_BK / 2; }
+
+struct ff_smem {
+    __half a[FF_CVT][FF_BM * FF_BK];   /* 8 KB per stage, 1024-byte aligned (wgmma layout) */
+    __half b[FF_CVT][FF_BN * FF_BK];   /* 32 KB per stage */
+    uint8_t ra[FF_RAW][FF_BM * FF_BK]; /* 4 KB per stage (raw rows, dense; NVFP4 uses half) */
+    uint8_t rb[FF_RAW][FF_BN * FF_BK]; /* 16 KB per stage */
+    uint32_t lut_pair[256];            /* NVFP4: the two E2M1 values of a byte as half2 */
+    uint16_t lut_scale[256];           /* NVFP4: an E4M3 scale as half */
+    uint64_t raw_full[FF_RAW], raw_empty[FF_RAW], cvt_full[FF_CVT], cvt_empty[FF_CVT];
+};
+
+#define FF_SMEM_BYTES (sizeof(ff_smem) + 1024)
+
+/* Stores 16 bytes of fp16 as chunk j of a 128-byte row r in the 128-byte swizzle. */
+__device__ __forceinline__ void ff_store_chunk(__half *out, int r, int j, uint4 v)
+{
+    *(uint4 *)((uint8_t *)out + r * 128 + ((j ^ (r & 7)) << 4)) = v;
+}
+
+/* 16 E4M3 bytes -> 16 fp16 (exact) as two 16-byte chunks. */
+__device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
+{
+    uint32_t w[4] = {v.x, v.y, v.z, v.w}, o[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint16_t p0 = (uint16_t)(w[i] & 0xFFFF), p1 = (uint16_t)(w[i] >> 16);
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o[2 * i]) : "h"(p0));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o[2 * i + 1]) : "h"(p1));
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]), hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+/* E4M3 raw rows (64 bytes) -> fp16 rows, by 128 threads (raw chunk q = fp16 chunks 2q, 2q + 1). */
+__device__ __forceinline__ void ff_widen_fp8(const uint8_t *raw, __half *out, int rows, int t)
+{
+    for (int c = t; c < rows * 4; c += 128) {
+        int r = c / 4, q = c % 4;
+        uint4 lo, hi;
+        e4m3x16_to_f16(*(const uint4 *)(raw + r * FF_BK + 16 * q), lo, hi);
+        ff_store_chunk(out, r, 2 * q, lo);
+        ff_store_chunk(out, r, 2 * q + 1, hi);
+    }
+}
+
+/* 4 bytes of E2M1 pairs x one E4M3 scale (as half2) -> 8 fp16 as 4 half2 words. */
+__device__ __forceinline__ uint4 nvfp4x8_to_f16(uint32_t q, __half2 s2, const uint32_t *lut_pair)
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t p = lut_pair[(q >> (8 * i)) & 0xFF];
+        __half2 v = __hmul2(*(const __half2 *)&p, s2);
+        w[i] = *(uint32_t *)&v;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* NVFP4 raw rows (32 bytes = 64 elements, 4 scale blocks of 16) of K step kt
+ * -> fp16 rows, by 128 threads: raw chunk q (16 bytes, 32 elements, scale
+ * blocks 2q and 2q + 1) = fp16 chunks 4q .. 4q + 3. sc: the rows' scales,
+ * stride bytes apart; rows past valid get scale 0 (never stored; their scale
+ * rows may lie past the buffer). */
+__device__ __forceinline__ void ff_widen_nvfp4(const uint8_t *raw, const uint8_t *sc, int64_t stride, int valid,
+                                               int kt, __half *out, int rows, int t, const ff_smem &s)
+{
+    for (int c = t; c < rows * 2; c += 128) {
+        int r = c / 2, q = c % 2;
+        uint4 v = *(const uint4 *)(raw + r * (FF_BK / 2) + 16 * q);
+        uint16_t s01 = r < valid ? __ldcg((const unsigned short *)(sc + r * stride + kt * 4 + 2 * q)) : 0;
+        __half h0 = __ushort_as_half(s.lut_scale[s01 & 0xFF]), h1 = __ushort_as_half(s.lut_scale[s01 >> 8]);
+        __half2 s0 = __halves2half2(h0, h0), s1 = __halves2half2(h1, h1);
+        ff_store_chunk(out, r, 4 * q, nvfp4x8_to_f16(v.x, s0, s.lut_pair));
+        ff_store_chunk(out, r, 4 * q + 1, nvfp4x8_to_f16(v.y, s0, s.lut_pair));
+        ff_store_chunk(out, r, 4 * q + 2, nvfp4x8_to_f16(v.z, s1, s.lut_pair));
+        ff_store_chunk(out, r, 4 * q + 3, nvfp4x8_to_f16(v.w, s1, s.lut_pair));
+    }
+}
+
+/* Warpgroup 0: TMA of the raw stages (thread 0), widening by all 128 threads. */
+template <int FMT>
+__device__ __forceinline__ void ff_produce(ff_smem &s, const gemm_args &g, const CUtensorMap *ta,
+                                           const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
+                                           int n_k, int t)
+{
+    constexpr int RB = ff_raw_bytes<FMT>();
+    const int64_t b_row = (int64_t)e * g.N + n0, b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
+    if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
+    for (int kt = 0; kt < n_k + FF_RAW - 1; kt++) {
+        int ld = kt; /* raw stage to load now: FF_RAW - 1 ahead of the one widened */
+        if (t == 0 && ld < n_k) {
+            int st = ld % FF_RAW;
+            mbar_wait(&s.raw_empty[st], ((ld / FF_RAW) & 1) ^ 1);
+            mbar_expect_tx(&s.raw_full[st], (FF_BM + FF_BN) * RB);
+            tma_load_2d(s.ra[st], ta, &s.raw_full[st], ld * RB, (int)row0);
+            tma_load_2d(s.rb[st], tb, &s.raw_full[st], ld * RB, (int)b_row);
+        }
+        int cv = kt - (FF_RAW - 1);
+        if (cv < 0) continue;
+        int rs = cv % FF_RAW, cs = cv % FF_CVT;
+        mbar_wait(&s.raw_full[rs], (cv / FF_RAW) & 1);
+        mbar_wait(&s.cvt_empty[cs], ((cv / FF_CVT) & 1) ^ 1);
+        if constexpr (FMT == WIDEN_FP8) {
+            ff_widen_fp8(s.ra[rs], s.a[cs], FF_BM, t);
+            ff_widen_fp8(s.rb[rs], s.b[cs], FF_BN, t);
+        } else {
+            ff_widen_nvfp4(s.ra[rs], g.a_scales + row0 * g.a_scale_stride, g.a_scale_stride, rows_valid, cv, s.a[cs],
+                           FF_BM, t, s);
+            ff_widen_nvfp4(s.rb[rs], g.b_scales + b_row * b_sb, b_sb, FF_BN, cv, s.b[cs], FF_BN, t, s);
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
+        mbar_arrive(&s.raw_empty[rs]);
+        mbar_arrive(&s.cvt_full[cs]);
+    }
+}
+
+/* The ring's barriers and (NVFP4) the widening tables, by the whole block;
+ * the caller synchronises. */
+template <int FMT>
+__device__ __forceinline__ void ff_init(ff_smem &s)
+{
+    if (FMT == WIDEN_NVFP4)
+        for (int v = threadIdx.x; v < 256; v += blockDim.x) {
+            __half2 h = __floats2half2_rn(moe_ep_e2m1_to_f32((uint8_t)(v & 15)), moe_ep_e2m1_to_f32((uint8_t)(v >> 4)));
+            s.lut_pair[v] = *(uint32_t *)&h;
+            s.lut_scale[v] = __half_as_ushort(__float2half_rn(moe_ep_e4m3_to_f32((uint8_t)v)));
+        }
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < FF_RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128);
+        for (int i = 0; i < FF_CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+}
+
+/* 4 wgmma m64n128k16 f16 of K step kt (stage cs) into d; zeroes d first when zero. */
+__device__ __forceinline__ void ff_step(float *d, const ff_smem &s, int cs, int h, bool zero)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < FF_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
+        wgmma_m64n128k16_f16(d, smem_desc(s.a[cs]) + 2 * kk, smem_desc(&s.b[cs][128 * h * FF_BK]) + 2 * kk,
+                             zero && kk == 0 ? 0 : 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+/* Consumer warpgroup h: the K loop into acc (64 fp32 per thread). */
+template <int FMT>
+__device__ __forceinline__ void ff_consume(ff_smem &s, const gemm_args &g, int e, int64_t row0, int rows_valid,
+                                           int n0, int n_k, int h, int r, float *acc)
+{
+    if constexpr (FMT == WIDEN_FP8) {
+        const fp8_block_scales sc = fp8_scales_of(g, e, row0, rows_valid, n0, h, r);
+        float part[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+        for (int kt = 0; kt < n_k; kt++) {
+            int cs = kt % FF_CVT, first = (kt & 1) == 0; /* two K steps per 128-wide scale block */
+            float s0 = 0.0f, s1 = 0.0f;
+            if (!first) fp8_scales_at(sc, kt / 2, s0, s1);
+            mbar_wait(&s.cvt_full[cs], (kt / FF_CVT) & 1);
+            ff_step(part, s, cs, h, first);
+            mbar_arrive(&s.cvt_empty[cs]);
+            if (!first) fp8_promote(acc, part, s0, s1);
+        }
+    } else { /* NVFP4: one sum over K, then the global scales, as the mma.sync tile */
+        for (int kt = 0; kt < n_k; kt++) {
+            int cs = kt % FF_CVT;
+            mbar_wait(&s.cvt_full[cs], (kt / FF_CVT) & 1);
+            ff_step(acc, s, cs, h, kt == 0);
+            mbar_arrive(&s.cvt_empty[cs]);
+        }
+        float scale = __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e]));
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = __fmul_rn(acc[i], scale);
+    }
+}
+
+/* Every thread of a 384-thread block calls it; as qgmma_tile (ta / tb: raw
+ * maps with boxes of 64 x RAW_BYTES and 256 x RAW_BYTES bytes, no swizzle). */
+template <int FMT>
+__device__ __forceinline__ void f16_widen_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
+                                               uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
+{
+    ff_smem &s = *(ff_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / FF_BK;
+    ff_init<FMT>(s);
+    __syncthreads();
+    if (wg == 0) {
+        ff_produce<FMT>(s, g, ta, tb, e, row0, rows_valid, n0, n_k, t);
+    } else { /* consumers: warpgroup h = wg - 1 owns columns [128 h, 128 h + 128) */
+        int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4;
+        float acc[64];
+        ff_consume<FMT>(s, g, e, row0, rows_valid, n0, n_k, h, r, acc);
+        wg_consumer_barrier(); /* every stage read; C may now overwrite them */
+        float(*C)[FF_BN + 4] = (float(*)[FF_BN + 4])(void *)&s;
+        wg_store_fragment<16, FF_BN>(C, acc, r, 128 * h, lane);
+        wg_consumer_barrier();
+        epilogue<FF_BM, FF_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+    }
+    __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < FF_RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
+        for (int i = 0; i < FF_CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
+    }
+}
+
+/* The raw tensor maps of one GEMM for the tile: FP8-BLOCK (N % 256, K % 128)
+ * or NVFP4 (N % 256, K % 64) operands. */
+template <int FMT>
+static inline moe_ep_status_t ff_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
+{
+    moe_ep_format_t f = FMT == WIDEN_FP8 ? MOE_EP_FORMAT_FP8_BLOCK : MOE_EP_FORMAT_NVFP4;
+    if (g.a_fmt != f || g.b_fmt != f || g.N % FF_BN || g.K % (FMT == WIDEN_FP8 ? 128 : FF_BK))
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the fp16 widening tile: operands of another format or shape");
+    constexpr int RB = ff_raw_bytes<FMT>();
+    int64_t row_bytes = FMT == WIDEN_FP8 ? g.K : g.K / 2; /* the rows as bytes */
+    MOE_EP_CHECK(tma_map_rows(ta, g.a, rows_capacity, row_bytes, 1, RB, FF_BM));
+    return tma_map_rows(tb, g.b, (int64_t)g.E * g.N, row_bytes, 1, RB, FF_BN);
+}
+
+#endif
