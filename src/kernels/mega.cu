@@ -28,11 +28,10 @@
  * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows). */
 #define MODE_WGMMA 3
 #define MODE_QGMMA 4
-#define MODE_FP8F16 5 /* FP8-BLOCK exact on fp16 HGMMA (f16_widen_tile.cuh, 64 rows) */
-#define MODE_NVF16 6  /* NVFP4 on fp16 HGMMA (f16_widen_tile.cuh, 64 rows; experiment build) */
-#define MODE_WIDEN(m) ((m) == MODE_FP8F16 || (m) == MODE_NVF16)
+#define MODE_WIDEN0 5 /* + the widening format (f16_widen_tile.cuh, 64 rows): FP8-BLOCK; the experiment's others */
+#define MODE_WIDEN(m) ((m) >= MODE_WIDEN0)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m))
-#define WIDEN_OF(m) ((m) == MODE_NVF16 ? WIDEN_NVFP4 : WIDEN_FP8)
+#define WIDEN_OF(m) ((m) - MODE_WIDEN0)
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
@@ -670,14 +669,21 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
         return small                     ? launch<16, MODE_BF16, 0>(a, s)
                : a->d.tile_rows == 128 ? launch<WG_BM, MODE_WGMMA, 0>(a, s)
                                        : launch<32, MODE_BF16, 0>(a, s);
-    case MOE_EP_FORMAT_MXFP8: return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
+    case MOE_EP_FORMAT_MXFP8:
+#ifdef MOE_EP_WIDEN_EXPERIMENT /* MXFP8's and W4A8's large tile on fp16 HGMMA */
+        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I))
+            return a->d.path == MOE_EP_PATH_W4A8 ? launch<FF_BM, MODE_WIDEN0 + WIDEN_W4A8, 32>(a, s)
+                                                 : launch<FF_BM, MODE_WIDEN0 + WIDEN_MXFP8, 32>(a, s);
+#endif
+        return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
-        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_FP8F16, 128>(a, s);
+        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I))
+            return launch<FF_BM, MODE_WIDEN0 + WIDEN_FP8, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
-#ifdef MOE_EP_NVFP4_F16_TILE /* experiment: NVFP4's large tile on fp16 HGMMA */
-        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_NVF16, 0>(a, s);
+#ifdef MOE_EP_WIDEN_EXPERIMENT /* NVFP4's large tile on fp16 HGMMA */
+        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_WIDEN0 + WIDEN_NVFP4, 0>(a, s);
 #endif
         return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }

@@ -53,12 +53,14 @@ static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast
 }
 
 /* FP8-BLOCK's exact 64-row tiles on fp16 HGMMA (E4M3 widened to fp16, exact;
- * the same bits as its mma.sync tiles, so a knob choice); NVFP4's likewise in
- * the experiment build (-DMOE_EP_NVFP4_F16_TILE). */
+ * the same bits as its mma.sync tiles, so a knob choice); NVFP4's, MXFP8's and
+ * W4A8's likewise in the experiment build (-DMOE_EP_WIDEN_EXPERIMENT, in the
+ * CUDA and C flags). */
 static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
 {
-#ifdef MOE_EP_NVFP4_F16_TILE
-    if (path == MOE_EP_PATH_NVFP4) return H % 256 == 0 && I % 128 == 0;
+#ifdef MOE_EP_WIDEN_EXPERIMENT
+    if (path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8)
+        return H % 256 == 0 && I % 128 == 0;
 #endif
     return path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
 }

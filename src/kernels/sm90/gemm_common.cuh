@@ -103,9 +103,10 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
 
 /* The wgmma (TMA + mbarrier, warp-specialised) grouped GEMM, wgmma_gemm.cu:
  * kind TILE_BF16 (bf16 operands, 128-row HGMMA tiles), TILE_QGMMA (FP8-BLOCK,
- * 64-row QGMMA tiles, fp8_fast_accum) or TILE_FP8_F16 (FP8-BLOCK widened to
- * fp16, 64-row HGMMA tiles: exact, the bits of the mma.sync tiles). */
-enum { TILE_BF16 = 0, TILE_QGMMA = 1, TILE_FP8_F16 = 2, TILE_NVFP4_F16 = 3 /* experiment build */ };
+ * 64-row QGMMA tiles, fp8_fast_accum) or TILE_WIDEN (quantized operands
+ * widened to fp16, 64-row HGMMA tiles: exact, the bits of the mma.sync tiles;
+ * FP8-BLOCK, and in the experiment build NVFP4, MXFP8 and W4A8). */
+enum { TILE_BF16 = 0, TILE_QGMMA = 1, TILE_WIDEN = 2 };
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t rows_capacity, int num_sms,
                                          cudaStream_t s, const char *name);
 
