@@ -319,11 +319,7 @@ __device__ __forceinline__ void f16_widen_tile(const gemm_args &g, const CUtenso
         int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4;
         float acc[64];
         ff_consume<FMT>(s, g, e, row0, rows_valid, n0, n_k, h, r, acc);
-        wg_consumer_barrier(); /* every stage read; C may now overwrite them */
-        float(*C)[FF_BN + 4] = (float(*)[FF_BN + 4])(void *)&s;
-        wg_store_fragment<16, FF_BN>(C, acc, r, 128 * h, lane);
-        wg_consumer_barrier();
-        epilogue<FF_BM, FF_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+        wg_epilogue<16, FF_BM, FF_BN>(g, &s, acc, r, 128 * h, lane, row0, rows_valid, n0);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {

@@ -132,11 +132,7 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
             mbar_arrive(&s.empty[st]);
             fp8_promote(acc, part, s0, s1);
         }
-        wg_consumer_barrier(); /* every stage read; C may now overwrite them */
-        float(*C)[QG_BN + 4] = (float(*)[QG_BN + 4])(void *)&s;
-        wg_store_fragment<16, QG_BN>(C, acc, r, 128 * h, lane);
-        wg_consumer_barrier();
-        epilogue<QG_BM, QG_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+        wg_epilogue<16, QG_BM, QG_BN>(g, &s, acc, r, 128 * h, lane, row0, rows_valid, n0);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
     if (threadIdx.x == 0) wg_ring_inval<QG_STAGES>(s.full, s.empty);

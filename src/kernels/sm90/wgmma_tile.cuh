@@ -70,6 +70,20 @@ __device__ __forceinline__ void wg_store_fragment(float (*C)[BN + 4], const floa
     }
 }
 
+/* The consumer warpgroups after their K loop: their D fragments (NJ 8-column
+ * blocks from column c0, rows r and r + 8) into the fp32 tile C over the
+ * drained ring (smem), then the shared epilogue by the 256 consumer threads. */
+template <int NJ, int BM, int BN>
+__device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, const float *d, int r, int c0, int lane,
+                                            int64_t row0, int rows_valid, int n0)
+{
+    wg_consumer_barrier(); /* every stage read; C may now overwrite them */
+    float(*C)[BN + 4] = (float(*)[BN + 4])smem;
+    wg_store_fragment<NJ, BN>(C, d, r, c0, lane);
+    wg_consumer_barrier();
+    epilogue<BM, BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+}
+
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
  * dynamic shared memory. ta / tb: tensor maps of A ([rows][K], box 128 x 64)
  * and B ([E * N][K], box 256 x 64), in parameter or global memory. The tile
@@ -114,12 +128,8 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
             if (kt > 0) mbar_arrive(&s.empty[(kt - 1) % WG_STAGES]);
         }
         wgmma_wait<0>();
-        wg_consumer_barrier(); /* every stage read; C may now overwrite them */
-        float(*C)[WG_BN + 4] = (float(*)[WG_BN + 4])(void *)&s;
         int warp = t / 32, lane = t % 32;
-        wg_store_fragment<32, WG_BN>(C, d, row_off + 16 * warp + lane / 4, 0, lane);
-        wg_consumer_barrier();
-        epilogue<WG_BM, WG_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+        wg_epilogue<32, WG_BM, WG_BN>(g, &s, d, row_off + 16 * warp + lane / 4, 0, lane, row0, rows_valid, n0);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
     if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(s.full, s.empty);
