@@ -105,18 +105,9 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
     if (threadIdx.x == 0) wg_ring_init<QG_STAGES>(s.full, s.empty);
     __syncthreads();
     if (wg == 0) { /* producer */
-        if (t == 0) {
-            /* A may have been written by other blocks of this launch: order those
-             * (generic proxy) writes before this thread's TMA (async proxy) reads. */
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
-            for (int kt = 0; kt < n_k; kt++) {
-                int st = kt % QG_STAGES;
-                mbar_wait(&s.empty[st], ((kt / QG_STAGES) & 1) ^ 1);
-                mbar_expect_tx(&s.full[st], (QG_BM + QG_BN) * QG_BK);
-                tma_load_2d(s.a[st], ta, &s.full[st], kt * QG_BK, (int)row0);
-                tma_load_2d(s.b[st], tb, &s.full[st], kt * QG_BK, e * g.N + n0);
-            }
-        }
+        if (t == 0)
+            wg_produce<QG_STAGES>(s.full, s.empty, s.a[0], sizeof s.a[0], s.b[0], sizeof s.b[0], ta, tb, n_k, QG_BK,
+                                  (int)row0, e * g.N + n0);
     } else { /* consumers: warpgroup h = wg - 1 owns columns [128 h, 128 h + 128) */
         int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4; /* rows r and r + 8 */
         const fp8_block_scales sc = fp8_scales_of(g, e, row0, rows_valid, n0, h, r);

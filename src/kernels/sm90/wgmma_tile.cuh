@@ -70,6 +70,27 @@ __device__ __forceinline__ void wg_store_fragment(float (*C)[BN + 4], const floa
     }
 }
 
+/* The producer, by one thread: K steps 0..n_k-1 into a ring of NS stages
+ * (stage st of A at a + st * a_bytes, of B at b + st * b_bytes), each after
+ * its slot is free, both copies completing on full[st]; the maps' boxes are
+ * k_step elements of K wide. A may have been written by other blocks of this
+ * launch (generic proxy, made visible by the caller's acquire): the fence
+ * orders those writes before this thread's TMA (async proxy) reads. */
+template <int NS>
+__device__ __forceinline__ void wg_produce(uint64_t *full, uint64_t *empty, uint8_t *a, int a_bytes, uint8_t *b,
+                                           int b_bytes, const CUtensorMap *ta, const CUtensorMap *tb, int n_k,
+                                           int k_step, int a_row, int b_row)
+{
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    for (int kt = 0; kt < n_k; kt++) {
+        int st = kt % NS;
+        mbar_wait(&empty[st], ((kt / NS) & 1) ^ 1);
+        mbar_expect_tx(&full[st], a_bytes + b_bytes);
+        tma_load_2d(a + st * a_bytes, ta, &full[st], kt * k_step, a_row);
+        tma_load_2d(b + st * b_bytes, tb, &full[st], kt * k_step, b_row);
+    }
+}
+
 /* The consumer warpgroups after their K loop: their D fragments (NJ 8-column
  * blocks from column c0, rows r and r + 8) into the fp32 tile C over the
  * drained ring (smem), then the shared epilogue by the 256 consumer threads. */
@@ -97,19 +118,9 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
     if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(s.full, s.empty);
     __syncthreads();
     if (wg == 0) { /* producer */
-        if (t == 0) {
-            /* A may have been written by other blocks of this launch (generic
-             * proxy, made visible by the caller's acquire): order those writes
-             * before this thread's TMA (async proxy) reads. */
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
-            for (int kt = 0; kt < n_k; kt++) {
-                int st = kt % WG_STAGES;
-                mbar_wait(&s.empty[st], ((kt / WG_STAGES) & 1) ^ 1);
-                mbar_expect_tx(&s.full[st], (WG_BM + WG_BN) * WG_BK * 2);
-                tma_load_2d(s.a[st], ta, &s.full[st], kt * WG_BK, (int)row0);
-                tma_load_2d(s.b[st], tb, &s.full[st], kt * WG_BK, e * g.N + n0);
-            }
-        }
+        if (t == 0)
+            wg_produce<WG_STAGES>(s.full, s.empty, (uint8_t *)s.a, sizeof s.a[0], (uint8_t *)s.b, sizeof s.b[0], ta, tb,
+                                  n_k, WG_BK, (int)row0, e * g.N + n0);
     } else { /* consumers */
         float d[128];
 #pragma unroll
