@@ -266,18 +266,51 @@ MOE_EP_HD float moe_ep_block_amax(const float *x, int n, int *has_nan, int *has_
     return amax;
 }
 
-MOE_EP_HD uint8_t moe_ep_mxfp8_block_encode(const float *x, uint8_t *q)
+/* The encoders of blocks split into parts (a GPU lane's 8 values, say): each
+ * part is encoded with its whole block's amax and NaN / inf flags
+ * (moe_ep_block_amax over the block), giving the bytes of the whole-block
+ * encoder. Returns the block's scale. */
+MOE_EP_HD uint8_t moe_ep_mxfp8_encode_part(const float *x, int n, float amax, int nan, uint8_t *q)
 {
-    int nan, inf;
-    float amax = moe_ep_block_amax(x, MOE_EP_MX_BLOCK, &nan, &inf);
     if (nan) {
-        for (int i = 0; i < MOE_EP_MX_BLOCK; i++) q[i] = MOE_EP_E4M3_NAN;
+        for (int i = 0; i < n; i++) q[i] = MOE_EP_E4M3_NAN;
         return MOE_EP_UE8M0_NAN;
     }
     uint8_t b = moe_ep_ue8m0_for_amax(amax, MOE_EP_E4M3_MAX);
     float mul = moe_ep_ue8m0_encode_mul(b);
-    for (int i = 0; i < MOE_EP_MX_BLOCK; i++) q[i] = moe_ep_e4m3_from_f32(moe_ep_mul(x[i], mul));
+    for (int i = 0; i < n; i++) q[i] = moe_ep_e4m3_from_f32(moe_ep_mul(x[i], mul));
     return b;
+}
+
+MOE_EP_HD uint8_t moe_ep_nvfp4_encode_part(const float *x, int n, float S, float amax, int nan, uint8_t *q)
+{
+    if (nan) {
+        for (int i = 0; i < n; i++) q[i] = 0;
+        return MOE_EP_E4M3_NAN;
+    }
+    uint8_t sb = moe_ep_nvfp4_scale_for_amax(amax, S);
+    float enc = moe_ep_nvfp4_encode_mul(sb, S);
+    for (int i = 0; i < n; i++) q[i] = enc == 0.0f ? 0 : moe_ep_e2m1_from_f32(moe_ep_clamp6(moe_ep_mul(x[i], enc)));
+    return sb;
+}
+
+MOE_EP_HD float moe_ep_fp8_block_encode_part(const float *x, int n, float amax, int nan_or_inf, uint8_t *q)
+{
+    if (nan_or_inf) {
+        for (int i = 0; i < n; i++) q[i] = MOE_EP_E4M3_NAN;
+        return moe_ep_u2f(0x7FC00000u);
+    }
+    float s = moe_ep_fp8_block_scale(amax);
+    float inv = moe_ep_div(1.0f, s);
+    for (int i = 0; i < n; i++) q[i] = moe_ep_e4m3_from_f32(moe_ep_mul(x[i], inv));
+    return s;
+}
+
+MOE_EP_HD uint8_t moe_ep_mxfp8_block_encode(const float *x, uint8_t *q)
+{
+    int nan, inf;
+    float amax = moe_ep_block_amax(x, MOE_EP_MX_BLOCK, &nan, &inf);
+    return moe_ep_mxfp8_encode_part(x, MOE_EP_MX_BLOCK, amax, nan, q);
 }
 
 MOE_EP_HD uint8_t moe_ep_mxfp4_block_encode(const float *x, uint8_t *q)
@@ -298,29 +331,14 @@ MOE_EP_HD uint8_t moe_ep_nvfp4_block_encode(const float *x, float S, uint8_t *q)
 {
     int nan, inf;
     float amax = moe_ep_block_amax(x, MOE_EP_NVFP4_BLOCK, &nan, &inf);
-    if (nan) {
-        for (int i = 0; i < MOE_EP_NVFP4_BLOCK; i++) q[i] = 0;
-        return MOE_EP_E4M3_NAN;
-    }
-    uint8_t sb = moe_ep_nvfp4_scale_for_amax(amax, S);
-    float enc = moe_ep_nvfp4_encode_mul(sb, S);
-    for (int i = 0; i < MOE_EP_NVFP4_BLOCK; i++)
-        q[i] = enc == 0.0f ? 0 : moe_ep_e2m1_from_f32(moe_ep_clamp6(moe_ep_mul(x[i], enc)));
-    return sb;
+    return moe_ep_nvfp4_encode_part(x, MOE_EP_NVFP4_BLOCK, S, amax, nan, q);
 }
 
 MOE_EP_HD float moe_ep_fp8_block_encode(const float *x, uint8_t *q)
 {
     int nan, inf;
     float amax = moe_ep_block_amax(x, MOE_EP_FP8_BLOCK_BLOCK, &nan, &inf);
-    if (nan || inf) {
-        for (int i = 0; i < MOE_EP_FP8_BLOCK_BLOCK; i++) q[i] = MOE_EP_E4M3_NAN;
-        return moe_ep_u2f(0x7FC00000u);
-    }
-    float s = moe_ep_fp8_block_scale(amax);
-    float inv = moe_ep_div(1.0f, s);
-    for (int i = 0; i < MOE_EP_FP8_BLOCK_BLOCK; i++) q[i] = moe_ep_e4m3_from_f32(moe_ep_mul(x[i], inv));
-    return s;
+    return moe_ep_fp8_block_encode_part(x, MOE_EP_FP8_BLOCK_BLOCK, amax, nan || inf, q);
 }
 
 MOE_EP_HD uint16_t moe_ep_fp4_wire_block_encode(const float *x, uint8_t *q)

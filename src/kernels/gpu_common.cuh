@@ -18,6 +18,13 @@ static inline moe_ep_status_t moe_ep_launch_check(const char *what)
     return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* Blocks of a grid-stride loop over n items: n, at most blocks_per_sm per SM. */
+static inline unsigned moe_ep_stride_grid(int64_t n, int sms, int blocks_per_sm)
+{
+    int64_t cap = (int64_t)sms * blocks_per_sm;
+    return (unsigned)(n < 1 ? 1 : (n < cap ? n : cap));
+}
+
 /* First error wins; later kernels of the forward see it and do nothing. */
 __device__ __forceinline__ void moe_ep_dev_fail(uint32_t *error, uint32_t kind, uint32_t detail)
 {

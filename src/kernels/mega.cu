@@ -220,13 +220,11 @@ __device__ __forceinline__ void slot_rows(const moe_ep_mega_args_t &a, const meg
 }
 
 /* Dispatch item: tokens [g * tpi, ...) quantized once, written to each row. */
-__device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, uint8_t *smem, int g)
+__device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
 {
     const mega_ctx c = ctx_of(a, sh);
     const moe_ep_split_dims_t &d = a.d;
-    float *xs = (float *)smem; /* [H] */
     moe_ep_format_t f = moe_ep_path_act_format(d.path);
-    int blk = f == MOE_EP_FORMAT_BF16 ? 2 : moe_ep_format_block(f);
     int end = min(c.n_tok, (g + 1) * c.tpi);
     for (int tg = g * c.tpi; tg < end; tg++) {
         int r = rank_of(sh->token_prefix, d.R, tg), t = tg - sh->token_prefix[r];
@@ -241,15 +239,8 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, uin
         }
         if (a.link.world && threadIdx.x < d.K && c.rows_s[threadIdx.x] >= 0)
             a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x);
-        const uint16_t *x = a.io.x[r] + (int64_t)t * d.H;
-        for (int i = threadIdx.x; i < d.H; i += blockDim.x) xs[i] = moe_ep_bf16_to_f32(__ldcg(&x[i]));
-        __syncthreads();
-        for (int k = 0; k < d.K && present; k++) {
-            int64_t row = c.rows_s[k];
-            if (row < 0) continue;
-            for (int col = threadIdx.x * blk; col < d.H; col += blockDim.x * blk)
-                store_block(f, xs + col, d.H, col, d.fc1_scale, a.b.xq, a.b.xq_scales, row);
-        }
+        dispatch_row(f, a.io.x[r] + (int64_t)t * d.H, d.H, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s, d.K, present,
+                     threadIdx.x, blockDim.x);
         __threadfence();
         __syncthreads();
         if (threadIdx.x < d.K && present && c.rows_s[threadIdx.x] >= 0) red_release_add(&c.ready[c.expert_s[threadIdx.x]], 1);
@@ -605,7 +596,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         if (sh->tiles < 0 && !mega_plan<BM>(a, sh)) break;
         i -= sh->n_count;
         if (i < sh->n_groups) {
-            dispatch_group(a, sh, smem, i);
+            dispatch_group(a, sh, i);
             continue;
         }
         i -= sh->n_groups;

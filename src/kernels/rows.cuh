@@ -6,47 +6,149 @@
 
 #include "kernels/gpu_common.cuh"
 
-/* Encodes one block of the activation format from n fp32 values and writes
- * it at element offset c of row `row` of (data, scales). */
-__device__ __forceinline__ void store_block(moe_ep_format_t f, const float *v, int64_t n, int64_t c,
-                                            float S, uint8_t *data, uint8_t *scales, int64_t row)
+/* ---- dispatch: one token into its rows ------------------------------------
+ * A warp covers 32 chunks of 8 elements of the row (16 bytes of bf16 each);
+ * a format block of n elements spans n / 8 neighbouring lanes, which share
+ * its amax and NaN / inf flags through shuffles, and each lane encodes its 8
+ * values with them (the *_encode_part codecs: the whole-block encoder's
+ * bytes). H % 128 == 0, so a block never straddles a warp's chunks. */
+
+/* 8 bf16 at element offset h of row x (16-byte loads when x is aligned). */
+__device__ __forceinline__ void load_bf16x8(const uint16_t *x, int64_t h, bool vec, float v[8])
 {
-    uint8_t *d = data + row * moe_ep_row_data_bytes(f, n);
-    uint8_t *s = scales + row * moe_ep_act_scale_stride(f, n);
-    if (f == MOE_EP_FORMAT_BF16) {
-        ((uint32_t *)(d + 2 * c))[0] = moe_ep_pack_bf16x2(v[0], v[1]);
-    } else if (f == MOE_EP_FORMAT_MXFP8) {
-        s[c / 32] = moe_ep_mxfp8_block_encode(v, d + c);
-    } else if (f == MOE_EP_FORMAT_FP8_BLOCK) {
-        ((float *)s)[c / 128] = moe_ep_fp8_block_encode(v, d + c);
-    } else { /* NVFP4 */
-        uint8_t q[16];
-        s[c / 16] = moe_ep_nvfp4_block_encode(v, S, q);
-        for (int i = 0; i < 8; i++) d[c / 2 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+    if (vec) {
+        uint4 u = __ldcg((const uint4 *)(x + h));
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; i++)
+            v[2 * i] = moe_ep_bf16_to_f32((uint16_t)w[i]), v[2 * i + 1] = moe_ep_bf16_to_f32((uint16_t)(w[i] >> 16));
+    } else {
+        for (int i = 0; i < 8; i++) v[i] = moe_ep_bf16_to_f32(__ldcg(x + h + i));
     }
 }
 
-/* Element h of wire row `row` (H elements) of output rows (y, ys). */
-__device__ __forceinline__ float wire_value(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys,
-                                            int64_t H, int64_t row, int64_t h)
+/* amax (inf if any inf) and NaN / inf flags of the block of `lanes` lanes (a
+ * power of 2 <= 32, aligned) holding v; every lane of the warp calls it. */
+__device__ __forceinline__ float block_amax_lanes(const float v[8], int lanes, int *nan, int *inf)
 {
-    if (wire == MOE_EP_WIRE_BF16) return moe_ep_bf16_to_f32(__ldcg((const unsigned short *)y + row * H + h));
-    if (wire == MOE_EP_WIRE_MXFP8)
-        return moe_ep_mx8_value(__ldcg(y + row * H + h), __ldcg(ys + row * (H / 32) + h / 32));
-    uint8_t q = (uint8_t)((__ldcg(y + row * (H / 2) + h / 2) >> (4 * (h & 1))) & 15u);
-    return moe_ep_fp4_wire_value(q, __ldcg((const unsigned short *)ys + row * (H / 16) + h / 16));
+    float amax = moe_ep_block_amax(v, 8, nan, inf);
+    int flags = *nan | (*inf << 1);
+    for (int o = 1; o < lanes; o <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        flags |= __shfl_xor_sync(0xffffffffu, flags, o);
+    }
+    *nan = flags & 1, *inf = flags >> 1;
+    return amax;
+}
+
+/* The encoded chunk of 8 values: `bytes` data bytes in q, the block scale (or
+ * none) in scale_bits; lane leaders of blocks write the scale. */
+struct enc_chunk {
+    uint4 q;           /* bf16: 16 bytes; E4M3: 8; E2M1: 4 (packed nibbles) */
+    uint32_t scale;    /* UE8M0 / E4M3 byte, or the fp32 bits of an FP8-BLOCK scale */
+};
+
+__device__ __forceinline__ enc_chunk encode_chunk(moe_ep_format_t f, const float v[8], float S)
+{
+    enc_chunk e = {make_uint4(0, 0, 0, 0), 0};
+    if (f == MOE_EP_FORMAT_BF16) {
+        e.q = make_uint4(moe_ep_pack_bf16x2(v[0], v[1]), moe_ep_pack_bf16x2(v[2], v[3]),
+                         moe_ep_pack_bf16x2(v[4], v[5]), moe_ep_pack_bf16x2(v[6], v[7]));
+        return e;
+    }
+    int nan, inf;
+    float amax = block_amax_lanes(v, moe_ep_format_block(f) / 8, &nan, &inf);
+    uint8_t q[8];
+    if (f == MOE_EP_FORMAT_MXFP8) e.scale = moe_ep_mxfp8_encode_part(v, 8, amax, nan, q);
+    else if (f == MOE_EP_FORMAT_FP8_BLOCK) e.scale = __float_as_uint(moe_ep_fp8_block_encode_part(v, 8, amax, nan || inf, q));
+    else e.scale = moe_ep_nvfp4_encode_part(v, 8, S, amax, nan, q);
+    if (f == MOE_EP_FORMAT_NVFP4) {
+        for (int i = 0; i < 4; i++) e.q.x |= (uint32_t)(q[2 * i] | (q[2 * i + 1] << 4)) << (8 * i);
+    } else {
+        for (int i = 0; i < 4; i++) e.q.x |= (uint32_t)q[i] << (8 * i), e.q.y |= (uint32_t)q[4 + i] << (8 * i);
+    }
+    return e;
+}
+
+/* Writes chunk h / 8 (elements h .. h + 7) of activation row `row`. */
+__device__ __forceinline__ void store_chunk(moe_ep_format_t f, const enc_chunk &e, int64_t H, int64_t h,
+                                            uint8_t *data, uint8_t *scales, int64_t row)
+{
+    uint8_t *d = data + row * moe_ep_row_data_bytes(f, H);
+    uint8_t *s = scales + row * moe_ep_act_scale_stride(f, H);
+    int blk = f == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_format_block(f);
+    if (f == MOE_EP_FORMAT_BF16) *(uint4 *)(d + 2 * h) = e.q;
+    else if (f == MOE_EP_FORMAT_NVFP4) *(uint32_t *)(d + h / 2) = e.q.x;
+    else *(uint2 *)(d + h) = make_uint2(e.q.x, e.q.y);
+    if (f == MOE_EP_FORMAT_BF16 || h % blk) return;
+    if (f == MOE_EP_FORMAT_FP8_BLOCK) ((uint32_t *)s)[h / blk] = e.scale;
+    else s[h / blk] = (uint8_t)e.scale;
+}
+
+/* Quantizes token row x (H bf16) once into format f and writes it to the rows
+ * rows[0..K) that are >= 0 (none when !write). Threads tid of nthreads (a
+ * multiple of 32), all of them calling. */
+__device__ __forceinline__ void dispatch_row(moe_ep_format_t f, const uint16_t *x, int64_t H, float S,
+                                             uint8_t *data, uint8_t *scales, const int32_t *rows, int K, bool write,
+                                             int tid, int nthreads)
+{
+    bool vec = ((uintptr_t)x & 15) == 0;
+    int lane = tid & 31;
+    int64_t chunks = H / 8;
+    for (int64_t c0 = tid - lane; c0 < chunks; c0 += nthreads) { /* warp-uniform: shuffles inside */
+        int64_t h = (c0 + lane) * 8;
+        bool on = c0 + lane < chunks;
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (on) load_bf16x8(x, h, vec, v);
+        enc_chunk e = encode_chunk(f, v, S);
+        for (int k = 0; k < K && on && write; k++)
+            if (rows[k] >= 0) store_chunk(f, e, H, h, data, scales, rows[k]);
+    }
+}
+
+/* ---- combine: one token from its rows ------------------------------------- */
+
+/* Elements h .. h + 7 of wire row `row` (H elements) of output rows (y, ys). */
+__device__ __forceinline__ void wire_values8(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int64_t H,
+                                             int64_t row, int64_t h, float v[8])
+{
+    if (wire == MOE_EP_WIRE_BF16) {
+        uint4 u = __ldcg((const uint4 *)(y + 2 * (row * H + h)));
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; i++)
+            v[2 * i] = moe_ep_bf16_to_f32((uint16_t)w[i]), v[2 * i + 1] = moe_ep_bf16_to_f32((uint16_t)(w[i] >> 16));
+    } else if (wire == MOE_EP_WIRE_MXFP8) {
+        uint2 u = __ldcg((const uint2 *)(y + row * H + h));
+        uint8_t b = __ldcg(ys + row * (H / 32) + h / 32);
+        for (int i = 0; i < 4; i++)
+            v[i] = moe_ep_mx8_value((uint8_t)(u.x >> (8 * i)), b), v[4 + i] = moe_ep_mx8_value((uint8_t)(u.y >> (8 * i)), b);
+    } else {
+        uint32_t u = __ldcg((const uint32_t *)(y + row * (H / 2) + h / 2));
+        uint16_t sb = __ldcg((const unsigned short *)ys + row * (H / 16) + h / 16);
+        for (int i = 0; i < 8; i++) v[i] = moe_ep_fp4_wire_value((uint8_t)((u >> (4 * i)) & 15u), sb);
+    }
 }
 
 /* out[h] = bf16 of the sum over slots k = 0..K-1 (in that order) with
- * rows[k] >= 0 of fmaf(w[k], y[rows[k]][h], acc), for h = tid, tid + nthreads, ... */
+ * rows[k] >= 0 of fmaf(w[k], y[rows[k]][h], acc); threads tid of nthreads,
+ * 8 consecutive h each (H % 8 == 0). */
 __device__ __forceinline__ void combine_row(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int H, int K,
                                             const int32_t *rows, const float *w, uint16_t *out, int tid, int nthreads)
 {
-    for (int h = tid; h < H; h += nthreads) {
-        float acc = 0.0f;
-        for (int k = 0; k < K; k++)
-            if (rows[k] >= 0) acc = fmaf(w[k], wire_value(wire, y, ys, H, rows[k], h), acc);
-        out[h] = moe_ep_bf16_from_f32(acc);
+    bool vec = ((uintptr_t)out & 15) == 0;
+    for (int64_t h = (int64_t)tid * 8; h < H; h += (int64_t)nthreads * 8) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+        for (int k = 0; k < K; k++) {
+            if (rows[k] < 0) continue;
+            float wk = w[k];
+            wire_values8(wire, y, ys, H, rows[k], h, v);
+            for (int i = 0; i < 8; i++) acc[i] = fmaf(wk, v[i], acc[i]);
+        }
+        if (vec) {
+            *(uint4 *)(out + h) = make_uint4(moe_ep_pack_bf16x2(acc[0], acc[1]), moe_ep_pack_bf16x2(acc[2], acc[3]),
+                                             moe_ep_pack_bf16x2(acc[4], acc[5]), moe_ep_pack_bf16x2(acc[6], acc[7]));
+        } else {
+            for (int i = 0; i < 8; i++) out[h + i] = moe_ep_bf16_from_f32(acc[i]);
+        }
     }
 }
 
