@@ -18,12 +18,13 @@ static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 static int tile_ok(int v) { return v == 16 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
-/* The tile rows a layer of this config can run: FP8-BLOCK on the QGMMA tile
- * (fp8_fast_accum) only 64 (that tile, at every T: its bits differ from the
- * FP8 mma.sync's); bf16 with the HGMMA tile's shapes 16, 64 or 128; else 16, 64. */
+/* The tile rows a layer of this config can run: FP8-BLOCK with the wgmma
+ * tiles' shapes only 64 (its QGMMA tile with fp8_fast_accum, else its fp16
+ * HGMMA tile, at every T: moe_ep_single_tile); bf16 with the HGMMA tile's
+ * shapes 16, 64 or 128; else 16, 64. */
 static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
-    if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return v == 64;
+    if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return v == 64;
     if (v == 128) return moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate);
     return v == 16 || v == 64;
 }
@@ -45,7 +46,7 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
                    "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16, "
-                   "and fp8_block with fp8_fast_accum only 64 (its QGMMA tile), when hidden %% 256 == 0 "
+                   "and fp8_block only 64 (its wgmma tile), when hidden %% 256 == 0 "
                    "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
                    k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
@@ -63,25 +64,25 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 }
 
 /* GEMM tile rows for this forward. Layers whose shapes allow a TMA + wgmma
- * tile run it at every T: FP8-BLOCK with fp8_fast_accum the 64-row QGMMA tile
- * (the only one it may run); bf16 the 128-row HGMMA tile (measured on the EP8 slices, T = 8 ..
- * 512: 1.25-3.4x faster than the best mma.sync tile even when mostly empty:
- * its TMA ring streams the weights at close to the copy bandwidth).
- * FP8-BLOCK with those shapes: 64 (the exact fp16 HGMMA tile, the same bits
- * as mma.sync) from 4 rows per expert on average (measured: 1.07-1.14x faster
- * than the 16-row tile at 12 rows per expert, slower at 1.5; the threshold
- * between is not measured). Otherwise 16 when experts get few rows on
- * average (decode batches: less tensor work on padding), 64 else. A row's arithmetic does not depend on its tile among
- * those a layer may run (HGMMA and mma.sync sum each element over K in the
- * same order with the same bits). With device-side token counts the host
+ * tile run it at every T: FP8-BLOCK its 64-row tile, the QGMMA one with
+ * fp8_fast_accum, else the exact fp16 HGMMA one (the only tile either may run:
+ * moe_ep_single_tile; the fp16 tile was measured 1.07-1.14x faster than the
+ * 16-row mma.sync tile at 12 rows per expert and ~5 % slower at 1.5); bf16
+ * the 128-row HGMMA tile (measured on the EP8 slices, T = 8 .. 512: 1.25-3.4x
+ * faster than the best mma.sync tile even when mostly empty: its TMA ring
+ * streams the weights at close to the copy bandwidth). Otherwise 16 when
+ * experts get few rows on average (decode batches: less tensor work on
+ * padding), 64 else. A row's arithmetic does not depend on its tile among
+ * those a layer may run (bf16 HGMMA and mma.sync sum each element over K in
+ * the same order with the same bits). With device-side token counts the host
  * bound max_tokens_per_rank is used. GEMM CTAs per SM: 0, as many as fit
  * (the occupancy calculator). */
 static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     const moe_ep_layer_config_t *c = &l->cfg;
-    if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return make_knobs(64, 0);
+    if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return make_knobs(64, 0);
     if (moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate)) return make_knobs(128, 0);
-    if (moe_ep_f16_widen_fits(c->path, c->hidden, c->intermediate)) /* 64: the fp16 HGMMA tile */
+    if (moe_ep_f16_widen_fits(c->path, c->hidden, c->intermediate)) /* 64: the fp16 HGMMA tile (experiment build) */
         return make_knobs(rows <= 4 * (int64_t)l->num_local_experts ? 16 : 64, 0);
     if (rows <= 24 * (int64_t)l->num_local_experts) return make_knobs(16, 0);
     return make_knobs(64, 0);
@@ -221,7 +222,7 @@ moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, moe_e
     if (!l->cfg.autotune || l->knobs_forced.size || slot->tune_tried) return MOE_EP_SUCCESS;
     slot->tune_tried = 1;
     const moe_ep_layer_config_t *c = &l->cfg;
-    if (moe_ep_qgmma_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return MOE_EP_SUCCESS; /* one tile, one CTA per SM */
+    if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return MOE_EP_SUCCESS; /* one tile, one CTA per SM */
     /* 128 (the HGMMA tile, one CTA per SM: CTAs per SM do not apply) where the layer can run it */
     int with_wgmma = tile_allowed(c, 128) && (!x->gemm_tile_rows || x->gemm_tile_rows == 128);
     int nt = x->gemm_tile_rows ? (x->gemm_tile_rows == 128 ? 0 : 1) : 2, nc = x->gemm_ctas_per_sm ? 1 : 2;
@@ -254,7 +255,7 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
     MOE_EP_REQUIRE(moe_ep_knobs_tile_allowed(l, tile) &&
                        (knobs->gemm_ctas_per_sm == 0 || ctas_ok(knobs->gemm_ctas_per_sm)),
                    "forced knobs (%d, %d): tile rows the layer can run (16, 64; 128 bf16 HGMMA; "
-                   "fp8_block with fp8_fast_accum only 64), CTAs per SM 0..4",
+                   "fp8_block with hidden %% 256 == 0 and intermediate %% 128 == 0 only 64), CTAs per SM 0..4",
                    knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     l->knobs_forced = make_knobs(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;

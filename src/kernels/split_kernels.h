@@ -65,6 +65,18 @@ static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
     return path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
 }
 
+/* Layers whose GEMMs run one tile shape (64 rows) at every T: the QGMMA tile
+ * (its bits differ from the FP8 mma.sync's), and FP8-BLOCK's exact fp16 tile,
+ * whose bits equal the FP8 mma.sync tiles' on almost every input but not on
+ * all (test_tiles, seed 1796001347: 8 tokens alone on the 16-row mma.sync
+ * tile differed from the same tokens in a batch on the fp16 tile), so a layer
+ * never mixes the two and its rows never depend on the batch. */
+static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+{
+    return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) ||
+           (path == MOE_EP_PATH_FP8_BLOCK && moe_ep_f16_widen_fits(path, H, I));
+}
+
 /* Device error word: kind in the top 8 bits, detail below. */
 #define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
 #define MOE_EP_DEVERR_BAD_TOKENS 2u  /* detail: the rank */

@@ -566,10 +566,14 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "mxfp8 candidates: %d", n);
     moe_ep_layer_destroy(l);
     l = ref_layer(g, MOE_EP_PATH_FP8_BLOCK, 256, NULL, 1);
-    k = resolve(l, 8, 1, &src); /* fp8_block with H % 256, I % 128: 16 up to 4 rows per expert (32), then 64 */
-    EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
-    k = resolve(l, 9, 1, &src);
+    moe_ep_knobs_t x16 = MOE_EP_KNOBS_INIT;
+    k = resolve(l, 1, 1, &src); /* fp8_block with H % 256, I % 128: its one tile, 64, at every T */
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+    k = resolve(l, 256, 1, &src);
+    EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+    EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "fp8_block candidates: %d", n);
+    x16.gemm_tile_rows = 16;
+    EXPECT(moe_ep_knobs_force(l, &x16) != MOE_EP_SUCCESS, "fp8_block: 16-row knobs accepted");
     moe_ep_layer_destroy(l);
     moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
     x.gemm_ctas_per_sm = 3;
