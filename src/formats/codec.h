@@ -103,6 +103,13 @@ MOE_EP_HD float moe_ep_bf16_to_f32(uint16_t h) { return moe_ep_u2f((uint32_t)h <
 MOE_EP_HD uint8_t moe_ep_e4m3_from_f32(float v)
 {
     if (moe_ep_isnan(v)) return MOE_EP_E4M3_NAN;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    /* The hardware conversion: round to nearest even, finite values and inf
+     * beyond 448 saturate to +-448, as below (tests/gpu/test_device_codec.cu). */
+    unsigned short pair;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(v));
+    return (uint8_t)(pair & 0xFFu);
+#else
     uint32_t sign = (moe_ep_f2u(v) >> 31) << 7;
     float a = moe_ep_absf(v);
     if (a > MOE_EP_E4M3_MAX) a = MOE_EP_E4M3_MAX;
@@ -125,6 +132,7 @@ MOE_EP_HD uint8_t moe_ep_e4m3_from_f32(float v)
         code = (exp << 3) | ((u >> 20) & 7u);
     }
     return (uint8_t)(sign | code);
+#endif
 }
 
 MOE_EP_HD float moe_ep_e4m3_to_f32(uint8_t c)

@@ -7,7 +7,8 @@
  *
  * A persistent grid walks the tiles (gemm_tile.cuh: BM = 16 or 64 rows of one
  * expert x BN = 256 (GEMM1) or 128 (GEMM2) columns); tile -> (expert, row
- * block) through the tile prefix of the plan. 128-row tiles go to the TMA +
+ * block) through the tile prefix of the plan; GEMM2 on 256 columns with the
+ * 64-row tile. 128-row tiles go to the TMA +
  * wgmma kernel (bf16, wgmma_gemm.cu). */
 #include "kernels/sm90/gemm_tile.cuh"
 #include "kernels/sm90/qgmma_tile.cuh"
@@ -82,5 +83,11 @@ extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, c
     cudaStream_t s = (cudaStream_t)stream;
     moe_ep_status_t st = launch_tiles<256>(moe_ep_gemm1_args(*d, *b), *d, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
+    /* GEMM2 on 256 columns where the 64-row mma.sync tile runs: 16 warps per
+     * CTA instead of 8 (one CTA per SM either way: registers), as GEMM1
+     * (ncu, mxfp8 flash T=8192: GEMM1's 64 x 256 tiles did 2x the FLOPs of
+     * GEMM2's 64 x 128 in 1.6x the time). The bits do not depend on it. */
+    if (d->tile_rows == 64 && d->H % 256 == 0)
+        return launch_tiles<256>(moe_ep_gemm2_args(*d, *b), *d, s, "grouped_gemm2_wire");
     return launch_tiles<128>(moe_ep_gemm2_args(*d, *b), *d, s, "grouped_gemm2_wire");
 }
