@@ -20,6 +20,7 @@
 #include "kernels/rows.cuh"
 #include "kernels/sm90/gemm_tile.cuh"
 #include "kernels/sm90/f16_widen_tile.cuh"
+#include "kernels/sm90/fp8_rs_tile.cuh"
 
 #include <string.h>
 
@@ -32,6 +33,7 @@
 #define MODE_WIDEN(m) ((m) >= MODE_WIDEN0)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m))
 #define WIDEN_OF(m) ((m) - MODE_WIDEN0)
+#define MODE_FP8_RS (MODE_WIDEN0 + WIDEN_FP8) /* FP8-BLOCK: fp8_rs_tile.cuh, not the widening tile */
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
@@ -278,6 +280,8 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    else if constexpr (MODE == MODE_FP8_RS)
+        fp8_rs_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_WIDEN(MODE))
         f16_widen_tile<WIDEN_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e,
                                        row0, rows_valid, n0);
@@ -551,6 +555,7 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
+    else if constexpr (MODE == MODE_FP8_RS) return (FR_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE_WIDEN(MODE)) return (FF_SMEM_BYTES + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
@@ -637,6 +642,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     } else if (MODE == MODE_QGMMA) {
         MOE_EP_CHECK(qg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(qg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
+    } else if (MODE == MODE_FP8_RS) {
+        MOE_EP_CHECK(fr_make_maps(p.g1, rows, &p.ta1, &p.tb1));
+        MOE_EP_CHECK(fr_make_maps(p.g2, rows, &p.ta2, &p.tb2));
     } else if (MODE_WIDEN(MODE)) {
         MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g2, rows, &p.ta2, &p.tb2));
@@ -670,7 +678,7 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
         if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I))
-            return launch<FF_BM, MODE_WIDEN0 + WIDEN_FP8, 128>(a, s);
+            return launch<FR_BM, MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
 #ifdef MOE_EP_WIDEN_EXPERIMENT /* NVFP4's large tile on fp16 HGMMA */

@@ -1,17 +1,22 @@
 /* Grouped GEMM on the Hopper TMA + wgmma tiles: a persistent grid walks the
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
- * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh) or an
- * exact fp16 widening tile (HGMMA, 64 x 256, f16_widen_tile.cuh: FP8-BLOCK;
- * NVFP4, MXFP8 and W4A8 in the experiment build). */
+ * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), FP8-BLOCK's
+ * exact tile (fp16 HGMMA with the weights in registers, 64 x 256,
+ * fp8_rs_tile.cuh) or, in the experiment build, the fp16 widening tile of
+ * NVFP4, MXFP8 and W4A8 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
 #include "kernels/sm90/f16_widen_tile.cuh"
+#include "kernels/sm90/fp8_rs_tile.cuh"
 
 /* Instances: TILE_BF16, TILE_QGMMA, or TILE_WIDEN + the widening format. */
 template <int KIND>
 struct tile_shape {
     static constexpr bool WIDE = KIND >= TILE_WIDEN;
     static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, BM = KIND == TILE_BF16 ? WG_BM : 64, BN = 256;
-    static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES : FF_SMEM_BYTES;
+    static constexpr bool RS = KIND == TILE_WIDEN + WIDEN_FP8; /* FP8-BLOCK: the weights-in-registers tile */
+    static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES
+                                   : RS                ? FR_SMEM_BYTES
+                                                       : FF_SMEM_BYTES;
 };
 
 template <int KIND>
@@ -28,6 +33,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * S::BM;
         int rows_valid = (int)min((int64_t)S::BM, (int64_t)g.expert_offset[e + 1] - row0);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        else if constexpr (S::RS) fp8_rs_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else if constexpr (S::WIDE) f16_widen_tile<S::WIDEN>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
     }
@@ -42,6 +48,7 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     CUtensorMap ta, tb;
     MOE_EP_CHECK(KIND == TILE_QGMMA ? qg_make_maps(g, rows_capacity, &ta, &tb)
                  : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
+                 : S::RS             ? fr_make_maps(g, rows_capacity, &ta, &tb)
                                      : ff_make_maps<S::WIDEN>(g, rows_capacity, &ta, &tb));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)S::SMEM);

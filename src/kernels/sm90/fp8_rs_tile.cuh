@@ -1,0 +1,231 @@
+/* FP8-BLOCK's exact tile with the weights in registers, for the split
+ * backend's grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 64 x 256
+ * output tile (64 activation rows, 256 weight rows) of one expert, 384
+ * threads, the same arithmetic as f16_widen_tile's FP8 tile (E4M3 -> fp16 is
+ * exact; fp16 HGMMA partial sums over one 128-wide K block, promoted with
+ * acc = fmaf(part, s_x * s_w, acc)), with the operands' roles swapped:
+ *
+ *   A (registers) = weights: each consumer thread loads its fragment bytes
+ *     from the TMA-loaded raw E4M3 rows and widens them in registers
+ *     (cvt.rn.f16x2.e4m3x2), so the weights never take an fp16 round trip
+ *     through shared memory (the widening tile's bound: raw read, fp16
+ *     write, wgmma read of 256 rows per K step);
+ *   B (shared memory) = activations: the producer warpgroup widens the 64
+ *     raw rows to fp16 in the wgmma layout, a quarter of the old work.
+ *
+ * So the accumulators hold weight rows x activation rows; the epilogue
+ * stores them transposed into the C tile and runs the shared epilogue.
+ *
+ * K steps of 128 (one scale block): raw ring of FR_RAW stages (A 64 x 128 B,
+ * B 256 x 128 B, both 128-byte swizzled by TMA), fp16 ring of FR_CVT stages
+ * (64 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0: thread 0
+ * issues the TMA copies, all 128 threads widen A. Warpgroups 1 and 2 own
+ * weight rows [128 h, 128 h + 128) (h = 0, 1: gate and up halves of a GEMM1
+ * tile), as two m64 blocks; per stage and block: 8 x wgmma m64n64k16 (RS)
+ * into part (32 fp32), then the promotion into acc (2 x 32 fp32). */
+#ifndef MOE_EP_FP8_RS_TILE_CUH
+#define MOE_EP_FP8_RS_TILE_CUH
+
+#include "kernels/sm90/f16_widen_tile.cuh" /* e4m3x16_to_f16, ff_store_chunk; qgmma_tile.cuh */
+
+#include <cuda_fp16.h>
+
+#define FR_BM 64   /* activation rows */
+#define FR_BN 256  /* weight rows (output columns) */
+#define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
+#define FR_RAW 4
+#define FR_CVT 2
+#define FR_THREADS 384
+
+struct fr_smem {
+    __half a[FR_CVT][2][FR_BM * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, 16 KB per stage */
+    uint8_t ra[FR_RAW][FR_BM * FR_BK];  /* raw E4M3 activations, 8 KB per stage (128-byte swizzle) */
+    uint8_t rb[FR_RAW][FR_BN * FR_BK];  /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
+    float sxw[FR_CVT][2][FR_BM];        /* the stage's s_x * s_w per consumer (0 past the valid rows) */
+    uint64_t raw_full[FR_RAW], raw_empty[FR_RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
+};
+
+#define FR_SMEM_BYTES (sizeof(fr_smem) + 1024)
+
+/* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+/* Two E4M3 bytes -> f16x2 (low byte -> low half). */
+__device__ __forceinline__ uint32_t fr_e4m3x2(const uint8_t *p)
+{
+    uint32_t o;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(*(const uint16_t *)p));
+    return o;
+}
+
+/* The A fragment of k16 step kk from a raw weight stage (128-byte rows,
+ * 128-byte swizzle: 16-byte chunk kk of row r at ((kk ^ (r & 7)) << 4)),
+ * rows g and g + 8 (same r & 7): a[0] (g, k 2q, 2q+1), a[1] (g + 8, same),
+ * a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same). row_g = raw + g * 128 + 2 q. */
+__device__ __forceinline__ void fr_fragment(uint32_t *a, const uint8_t *row_g, int g7, int kk)
+{
+    const uint8_t *p = row_g + ((kk ^ g7) << 4);
+    a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
+}
+
+/* Raw activation stage (64 rows x 128 E4M3, 128-byte swizzle) -> fp16 in the
+ * wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
+ * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half j / 4. */
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t)
+{
+    for (int c = t; c < FR_BM * 8; c += 128) {
+        int r = c / 8, j = c % 8;
+        uint4 lo, hi;
+        e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
+        ff_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
+        ff_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
+    }
+}
+
+/* Warpgroup 0: TMA of the raw stages (thread 0), widening of A and the
+ * scale products s_x * s_w of both consumers by all 128 threads. */
+__device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const CUtensorMap *ta,
+                                           const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
+                                           int n_k, int t)
+{
+    const int64_t b_row = (int64_t)e * g.N + n0, b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
+    const float *sw0 = (const float *)(g.b_scales + b_row * b_sb), *sw1 = (const float *)(g.b_scales + (b_row + 128) * b_sb);
+    if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
+    for (int kt = 0; kt < n_k + FR_RAW - 1; kt++) {
+        if (t == 0 && kt < n_k) { /* raw stage kt: FR_RAW - 1 ahead of the one widened */
+            int st = kt % FR_RAW;
+            mbar_wait(&s.raw_empty[st], ((kt / FR_RAW) & 1) ^ 1);
+            mbar_expect_tx(&s.raw_full[st], (FR_BM + FR_BN) * FR_BK);
+            tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_BK, (int)row0);
+            tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_BK, (int)b_row);
+        }
+        int cv = kt - (FR_RAW - 1);
+        if (cv < 0) continue;
+        int rs = cv % FR_RAW, cs = cv % FR_CVT;
+        float p0 = 0.0f, p1 = 0.0f; /* row t's s_x * s_w of block cv for consumers 0, 1 (fp32 per 128 x 128) */
+        if (t < FR_BM && t < rows_valid) {
+            float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+            p0 = sx * __ldcg(sw0 + cv), p1 = sx * __ldcg(sw1 + cv);
+        }
+        mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
+        mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
+        fr_widen_rows(s.ra[rs], s.a[cs], t);
+        if (t < FR_BM) s.sxw[cs][0][t] = p0, s.sxw[cs][1][t] = p1;
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
+        mbar_arrive(&s.raw_empty[rs]);
+        mbar_arrive(&s.cvt_full[cs]);
+    }
+}
+
+/* One m64 block mb of consumer h on stage (rs, cs): part = the block's 128-K
+ * sum, 8 k16 steps. The A fragments take 2 x 4 registers: step kk's are
+ * loaded while step kk - 1 runs, once step kk - 2 (the same registers) is
+ * done (one commit group per step, at most one other in flight). */
+__device__ __forceinline__ void fr_block(float *part, const fr_smem &s, int rs, int cs, int h, int mb, int g, int q)
+{
+    const uint8_t *row_g = s.rb[rs] + (128 * h + 64 * mb + g) * FR_BK + 2 * q; /* this block's 64 weight rows */
+    uint32_t a[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        if (kk >= 2) wgmma_wait<1>();
+        fr_fragment(a[kk & 1], row_g, g & 7, kk);
+        wgmma_fence();
+        /* B: K half kk / 4, +32 bytes (2 x 16 B) per k16 step within it */
+        wgmma_m64n64k16_f16_rs(part, a[kk & 1], smem_desc(s.a[cs][kk / 4]) + 2 * (kk % 4), kk > 0 ? 1 : 0);
+        wgmma_commit();
+    }
+    wgmma_wait<0>();
+}
+
+/* acc += part * (s_x * s_w of the fragment's activation columns). */
+__device__ __forceinline__ void fr_promote(float *acc, const float *part, const float *sxw, int q)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int c = 8 * j + 2 * q;
+        float s0 = sxw[c], s1 = sxw[c + 1];
+        acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+    }
+}
+
+/* The fragments (weight rows g, g + 8 of block mb; activation columns 8 j +
+ * 2 q, +1) transposed into C[activation row][column]. */
+__device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const float *acc, int c0, int g, int q)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int r = 8 * j + 2 * q;
+        C[r][c0 + g] = acc[4 * j], C[r + 1][c0 + g] = acc[4 * j + 1];
+        C[r][c0 + g + 8] = acc[4 * j + 2], C[r + 1][c0 + g + 8] = acc[4 * j + 3];
+    }
+}
+
+/* Every thread of a 384-thread block calls it; ta / tb: raw maps with boxes of
+ * 64 x 128 and 256 x 128 bytes (128-byte swizzle). Ends with the block
+ * synchronised and shared memory free again. */
+__device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
+                                            uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
+{
+    fr_smem &s = *(fr_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / FR_BK;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < FR_RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
+        for (int i = 0; i < FR_CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        fr_produce(s, g, ta, tb, e, row0, rows_valid, n0, n_k, t);
+    } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
+        int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
+        float acc[2][32], part[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
+        for (int kt = 0; kt < n_k; kt++) {
+            int rs = kt % FR_RAW, cs = kt % FR_CVT;
+            mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
+            mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) {
+                fr_block(part, s, rs, cs, h, mb, g8, q);
+                fr_promote(acc[mb], part, s.sxw[cs][h], q);
+            }
+            mbar_arrive(&s.raw_empty[rs]);
+            mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
+        }
+        wg_consumer_barrier(); /* every stage read; C may now overwrite them */
+        float(*C)[FR_BN + 4] = (float(*)[FR_BN + 4])(void *)&s;
+        fr_store_fragment(C, acc[0], 128 * h, g8, q);
+        fr_store_fragment(C, acc[1], 128 * h + 64, g8, q);
+        wg_consumer_barrier();
+        epilogue<FR_BM, FR_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+    }
+    __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < FR_RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
+        for (int i = 0; i < FR_CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
+    }
+}
+
+/* The raw tensor maps of one GEMM for the tile: FP8-BLOCK operands, N % 256, K % 128. */
+static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
+{
+    if (g.a_fmt != MOE_EP_FORMAT_FP8_BLOCK || g.b_fmt != MOE_EP_FORMAT_FP8_BLOCK || g.N % FR_BN || g.K % FR_BK)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the FP8-BLOCK register tile: FP8-BLOCK operands, N %% 256, K %% 128");
+    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, FR_BM));
+    return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);
+}
+
+#endif
