@@ -258,6 +258,9 @@ struct mega_params {
     CUtensorMap ta1, tb1, ta2, tb2; /* the TMA modes: A and B of GEMM1 and GEMM2 (else unset) */
 };
 
+template <int BM, int MODE>
+__host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split_dims_t &d);
+
 template <int BM, int MODE, int SB, bool FIRST>
 __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
 {
@@ -287,6 +290,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
                                        row0, rows_valid, n0);
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
+    sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
     const mega_ctx c = ctx_of(a, sh);
     block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
     return true;

@@ -21,8 +21,8 @@
  * (64 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0: thread 0
  * issues the TMA copies, all 128 threads widen A. Warpgroups 1 and 2 own
  * weight rows [128 h, 128 h + 128) (h = 0, 1: gate and up halves of a GEMM1
- * tile), as two m64 blocks; per stage and block: 8 x wgmma m64n64k16 (RS)
- * into part (32 fp32), then the promotion into acc (2 x 32 fp32). */
+ * tile), as two m64 blocks; per stage: 2 x 8 x wgmma m64n64k16 (RS) into
+ * part (2 x 32 fp32), then the promotion into acc (2 x 32 fp32). */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
@@ -43,6 +43,8 @@ struct fr_smem {
     uint8_t rb[FR_RAW][FR_BN * FR_BK];  /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
     float sxw[FR_CVT][2][FR_BM];        /* the stage's s_x * s_w per consumer (0 past the valid rows) */
     uint64_t raw_full[FR_RAW], raw_empty[FR_RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
+    int64_t row0;                       /* the tile's place, for the epilogue: kept here, not in */
+    int rows_valid, n0;                 /* registers across the K loop (the consumers need them all) */
 };
 
 #define FR_SMEM_BYTES (sizeof(fr_smem) + 1024)
@@ -59,21 +61,24 @@ __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
-/* Two E4M3 bytes -> f16x2 (low byte -> low half). */
-__device__ __forceinline__ uint32_t fr_e4m3x2(const uint8_t *p)
+/* Two E4M3 bytes at shared address p -> f16x2 (low byte -> low half). */
+__device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t p)
 {
+    uint16_t v;
     uint32_t o;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(*(const uint16_t *)p));
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(p) : "memory");
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(v));
     return o;
 }
 
 /* The A fragment of k16 step kk from a raw weight stage (128-byte rows,
  * 128-byte swizzle: 16-byte chunk kk of row r at ((kk ^ (r & 7)) << 4)),
  * rows g and g + 8 (same r & 7): a[0] (g, k 2q, 2q+1), a[1] (g + 8, same),
- * a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same). row_g = raw + g * 128 + 2 q. */
-__device__ __forceinline__ void fr_fragment(uint32_t *a, const uint8_t *row_g, int g7, int kk)
+ * a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same). row_g: the shared address of
+ * row g's byte 2 q. */
+__device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int g7, int kk)
 {
-    const uint8_t *p = row_g + ((kk ^ g7) << 4);
+    uint32_t p = row_g + ((kk ^ g7) << 4);
     a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
 }
 
@@ -126,33 +131,60 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
     }
 }
 
-/* One m64 block mb of consumer h on stage (rs, cs): part = the block's 128-K
- * sum, 8 k16 steps. The A fragments take 2 x 4 registers: step kk's are
- * loaded while step kk - 1 runs, once step kk - 2 (the same registers) is
- * done (one commit group per step, at most one other in flight). */
-__device__ __forceinline__ void fr_block(float *part, const fr_smem &s, int rs, int cs, int h, int mb, int g, int q)
+/* A consumer thread's shared addresses (32-bit: the K loop runs at the
+ * register limit): its fragment bytes in raw weight stage 0, fp16 activation
+ * stage 0, its scale products in stage 0; the stages follow at fixed strides. */
+struct fr_addr {
+    uint32_t frag, act, sxw;
+    int g7;
+};
+
+#define FR_RB_STAGE (FR_BN * FR_BK)     /* bytes between raw weight stages */
+#define FR_A_STAGE (2 * FR_BM * 64 * 2) /* bytes between fp16 activation stages */
+#define FR_SXW_STAGE (2 * FR_BM * 4)    /* bytes between scale-product stages */
+
+__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, int q)
 {
-    const uint8_t *row_g = s.rb[rs] + (128 * h + 64 * mb + g) * FR_BK + 2 * q; /* this block's 64 weight rows */
-    uint32_t a[2][4];
+    fr_addr a;
+    a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_BK + 2 * q;
+    a.act = smem_u32(s.a[0][0]);
+    a.sxw = smem_u32(&s.sxw[0][h][2 * q]);
+    a.g7 = g & 7;
+    return a;
+}
+
+/* Both m64 blocks of the consumer on stage (rs, cs): part[mb] = block mb's
+ * 128-K sum, 8 k16 steps each, the two blocks' steps interleaved so that 4
+ * wgmmas are in flight. The A fragments take 2 x 2 x 4 registers: step kk's
+ * are loaded while step kk - 1 runs, once step kk - 2 (the same registers)
+ * is done (one commit group per step). */
+__device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, int rs, int cs)
+{
+    uint32_t row_g = ad.frag + rs * FR_RB_STAGE, act = ad.act + cs * FR_A_STAGE;
+    uint32_t a[2][2][4];
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         if (kk >= 2) wgmma_wait<1>();
-        fr_fragment(a[kk & 1], row_g, g & 7, kk);
+        fr_fragment(a[kk & 1][0], row_g, ad.g7, kk);
+        fr_fragment(a[kk & 1][1], row_g + 64 * FR_BK, ad.g7, kk); /* block 1: 64 rows on */
         wgmma_fence();
-        /* B: K half kk / 4, +32 bytes (2 x 16 B) per k16 step within it */
-        wgmma_m64n64k16_f16_rs(part, a[kk & 1], smem_desc(s.a[cs][kk / 4]) + 2 * (kk % 4), kk > 0 ? 1 : 0);
+        /* B: K half kk / 4 (8 KB on), +32 bytes (2 x 16 B) per k16 step within it */
+        uint64_t db = smem_desc_u32(act + (kk / 4) * FR_BM * 128) + 2 * (kk % 4);
+        wgmma_m64n64k16_f16_rs(part[0], a[kk & 1][0], db, kk > 0 ? 1 : 0);
+        wgmma_m64n64k16_f16_rs(part[1], a[kk & 1][1], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
 }
 
-/* acc += part * (s_x * s_w of the fragment's activation columns). */
-__device__ __forceinline__ void fr_promote(float *acc, const float *part, const float *sxw, int q)
+/* acc += part * (s_x * s_w of the fragment's activation columns 8 j + 2 q, +1:
+ * the pair at shared address sxw + 32 j). */
+__device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw)
 {
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        int c = 8 * j + 2 * q;
-        float s0 = sxw[c], s1 = sxw[c + 1];
+        float s0, s1;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
         acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
         acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
@@ -179,38 +211,40 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
     fr_smem &s = *(fr_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / FR_BK;
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int i = 0; i < FR_RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
         for (int i = 0; i < FR_CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
     }
     __syncthreads();
     if (wg == 0) {
-        fr_produce(s, g, ta, tb, e, row0, rows_valid, n0, n_k, t);
+        fr_produce(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
-        float acc[2][32], part[32];
+        const fr_addr ad = fr_addr_of(s, h, g8, q);
+        float acc[2][32], part[2][32];
 #pragma unroll
         for (int i = 0; i < 32; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
-        for (int kt = 0; kt < n_k; kt++) {
+#pragma unroll 1
+        for (int kt = 0; kt < g.K / FR_BK; kt++) {
             int rs = kt % FR_RAW, cs = kt % FR_CVT;
             mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                fr_block(part, s, rs, cs, h, mb, g8, q);
-                fr_promote(acc[mb], part, s.sxw[cs][h], q);
-            }
+            fr_stage(part, ad, rs, cs);
+            fr_promote(acc[0], part[0], ad.sxw + cs * FR_SXW_STAGE);
+            fr_promote(acc[1], part[1], ad.sxw + cs * FR_SXW_STAGE);
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
         float(*C)[FR_BN + 4] = (float(*)[FR_BN + 4])(void *)&s;
+        h = threadIdx.x / 128 - 1, lane = threadIdx.x % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
         fr_store_fragment(C, acc[0], 128 * h, g8, q);
         fr_store_fragment(C, acc[1], 128 * h + 64, g8, q);
         wg_consumer_barrier();
-        epilogue<FR_BM, FR_BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+        epilogue<FR_BM, FR_BN>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {

@@ -48,11 +48,13 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
 
 /* Shared-memory matrix descriptor: K-major, 128-byte swizzle (8-row x 128-B
  * atoms, 1024 B between atoms along M/N; the leading offset is unused). */
-__device__ __forceinline__ uint64_t smem_desc(const void *p)
+__device__ __forceinline__ uint64_t smem_desc_u32(uint32_t shared_address)
 {
-    uint64_t a = smem_u32(p);
+    uint64_t a = shared_address;
     return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
+
+__device__ __forceinline__ uint64_t smem_desc(const void *p) { return smem_desc_u32(smem_u32(p)); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
