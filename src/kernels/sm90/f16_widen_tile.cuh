@@ -1,14 +1,13 @@
-/* Exact tiles on Hopper's fp16 tensor cores for quantized operands, for the
- * split backend's grouped GEMM (wgmma_gemm.cu) and the mega kernel: the
- * operands are widened to fp16, which holds them exactly, and fp16 wgmma
- * (HGMMA) gives exact products and fp32 sums (QGMMA's FP8 sums keep fewer
- * bits: qgmma_tile.cuh). One 64 x 256 output tile of one expert, 384 threads.
- *
- *   FP8-BLOCK (WIDEN_FP8): E4M3 -> fp16; partial sums promoted once per
- *     128-wide K block, acc = fmaf(part, s_x * s_w, acc). Measured on the
- *     H200: the same bits as the FP8 mma.sync tiles, so it is the path's
- *     64-row tile, a knob choice.
- *   Experiment (only with -DMOE_EP_WIDEN_EXPERIMENT, not yet run):
+/* Exact tiles on Hopper's fp16 tensor cores for quantized operands, both
+ * operands widened to fp16 in shared memory (fp16 holds them exactly; fp16
+ * wgmma (HGMMA) gives exact products and fp32 sums; QGMMA's FP8 sums keep
+ * fewer bits: qgmma_tile.cuh). One 64 x 256 output tile of one expert, 384
+ * threads. FP8-BLOCK (WIDEN_FP8) ran here until fp8_rs_tile.cuh (weights
+ * widened in registers, 3-6 % faster) took over; its helpers (the e4m3
+ * widening, the swizzled stores) stay shared.
+ *   Experiment (only with -DMOE_EP_WIDEN_EXPERIMENT; measured on the H200:
+ *   the same bytes as mma.sync in one run, MXFP8 ~5 % faster at T >= 512,
+ *   NVFP4 11-16 % slower, docs/benchmarks.md):
  *   NVFP4 (WIDEN_NVFP4): E2M1 x its E4M3 block scale -> fp16 (exact, as the
  *     NVFP4 mma.sync tile does), one fp32 sum over K, the global scales
  *     applied once at the end.
@@ -262,21 +261,8 @@ template <int FMT>
 __device__ __forceinline__ void ff_consume(ff_smem &s, const gemm_args &g, int e, int64_t row0, int rows_valid,
                                            int n0, int n_k, int h, int r, float *acc)
 {
-    if constexpr (FMT == WIDEN_FP8) {
-        const fp8_block_scales sc = fp8_scales_of(g, e, row0, rows_valid, n0, h, r);
-        float part[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) acc[i] = 0.0f;
-        for (int kt = 0; kt < n_k; kt++) {
-            int cs = kt % FF_CVT, first = (kt & 1) == 0; /* two K steps per 128-wide scale block */
-            float s0 = 0.0f, s1 = 0.0f;
-            if (!first) fp8_scales_at(sc, kt / 2, s0, s1);
-            mbar_wait(&s.cvt_full[cs], (kt / FF_CVT) & 1);
-            ff_step(part, s, cs, h, first);
-            mbar_arrive(&s.cvt_empty[cs]);
-            if (!first) fp8_promote(acc, part, s0, s1);
-        }
-    } else if constexpr (FMT == WIDEN_MXFP8 || FMT == WIDEN_W4A8) { /* promotion every 32 */
+    static_assert(FMT != WIDEN_FP8, "FP8-BLOCK runs fp8_rs_tile.cuh");
+    if constexpr (FMT == WIDEN_MXFP8 || FMT == WIDEN_W4A8) { /* promotion every 32 */
         float part[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.0f;
