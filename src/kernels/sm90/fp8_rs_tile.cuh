@@ -157,8 +157,7 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, in
  * 128-K sum, 8 k16 steps each, the two blocks' steps interleaved so that 4
  * wgmmas are in flight. The A fragments take 2 x 2 x 4 registers: step kk's
  * are loaded while step kk - 1 runs, once step kk - 2 (the same registers)
- * is done (one commit group per step). Returns with the last step issued;
- * the caller waits for it. */
+ * is done (one commit group per step). */
 __device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, int rs, int cs)
 {
     uint32_t row_g = ad.frag + rs * FR_RB_STAGE, act = ad.act + cs * FR_A_STAGE;
@@ -175,24 +174,7 @@ __device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, i
         wgmma_m64n64k16_f16_rs(part[1], a[kk & 1][1], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
-}
-
-/* Ping-pong of the two consumers (named barriers 2 and 3, 256 threads): they
- * take turns issuing a stage's wgmmas, so that one promotes (CUDA cores)
- * while the other's wgmmas run, instead of both draining the tensor pipe at
- * once. Consumer 0 issues stage kt after consumer 1 issued stage kt - 1,
- * consumer 1 stage kt after consumer 0 issued stage kt: every pass has its
- * wait (consumer 0 passes n_k times, consumer 1 n_k - 1 times). */
-__device__ __forceinline__ void fr_turn_wait(int h)
-{
-    if (h == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
-    else asm volatile("bar.sync 3, 256;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void fr_turn_pass(int h)
-{
-    if (h == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-    else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    wgmma_wait<0>();
 }
 
 /* acc += part * (s_x * s_w of the fragment's activation columns 8 j + 2 q, +1:
@@ -250,10 +232,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             int rs = kt % FR_RAW, cs = kt % FR_CVT;
             mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
-            if (h == 1 || kt > 0) fr_turn_wait(h);
             fr_stage(part, ad, rs, cs);
-            if (h == 0 || kt + 1 < g.K / FR_BK) fr_turn_pass(h);
-            wgmma_wait<0>();
             fr_promote(acc[0], part[0], ad.sxw + cs * FR_SXW_STAGE);
             fr_promote(acc[1], part[1], ad.sxw + cs * FR_SXW_STAGE);
             mbar_arrive(&s.raw_empty[rs]);
