@@ -902,6 +902,48 @@ static void test_large(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* Token rows x and output rows out one bf16 past their allocations, so not
+ * 16-byte aligned: dispatch and combine take their 2-byte paths, and every
+ * path (wire bf16, plus MXFP8 and FP4 wires once) gives the aligned run's
+ * bytes, on every backend under test. */
+static void test_unaligned(uint64_t *rng, cudaStream_t stream)
+{
+    printf("unaligned token and output rows (E 4, K 2, H 256, I 128, T 48)\n");
+    fixture_t f;
+    fixture_init(&f, 4, 2, 256, 128, 48, ROUTE_UNIFORM, rng);
+    dbuf_t d, u;
+    dev_init(&d, &f);
+    u = d; /* ids, weights and counts shared */
+    size_t n = (size_t)f.total_tokens * f.H;
+    uint16_t *xb, *ob;
+    CUDA_CHECK(cudaMalloc((void **)&xb, (n + 8) * sizeof(uint16_t)));
+    CUDA_CHECK(cudaMalloc((void **)&ob, (n + 8) * sizeof(uint16_t)));
+    u.x = xb + 1, u.out = ob + 1;
+    CUDA_CHECK(cudaMemcpy(u.x, f.x, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    split_t sp = split_strided(1, 48, 48);
+    uint16_t *a = xmalloc(d.out_bytes), *b = xmalloc(d.out_bytes);
+    for (int p = 0; p < MOE_EP_PATH_COUNT_ + 2; p++)
+        for (int i = 0; i < num_backends; i++) {
+            moe_ep_path_t path = p < MOE_EP_PATH_COUNT_ ? (moe_ep_path_t)p : MOE_EP_PATH_MXFP8;
+            moe_ep_wire_t wire = p < MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_BF16
+                                 : p == MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_MXFP8
+                                                           : MOE_EP_WIRE_FP4;
+            spec_t s = make_spec(path, wire, 1, 48);
+            s.backend = backends[i];
+            nvfp4_scales(&f, &s);
+            moe_ep_status_t st = gpu_run(&f, &s, &sp, &d, stream, 1, a);
+            if (!st) st = gpu_run(&f, &s, &sp, &u, stream, 1, b);
+            EXPECT(st == MOE_EP_SUCCESS && memcmp(a, b, d.out_bytes) == 0, "unaligned %s %s/%s: %s",
+                   moe_ep_backend_name(s.backend), moe_ep_path_name(path), moe_ep_wire_name(wire),
+                   st ? errmsg() : "bytes differ from the aligned run");
+        }
+    free(a), free(b);
+    CUDA_CHECK(cudaFree(xb));
+    CUDA_CHECK(cudaFree(ob));
+    dev_free(&d);
+    fixture_free(&f);
+}
+
 /* Enough rows per expert for the heuristic's 128-row TMA + wgmma tile (bf16,
  * rows >= 128 x experts), on every backend under test (mega runs it inside
  * its persistent kernel); versus_reference also compares mega with split. */
@@ -1063,6 +1105,7 @@ int main(void)
     test_device_weights(&rng, stream);
     test_knobs(&rng, stream);
     test_large(&rng, stream);
+    test_unaligned(&rng, stream);
     test_wgmma_tile(&rng, stream);
     test_fp8_fast_accum(&rng, stream);
     test_timeout(&rng, stream);
