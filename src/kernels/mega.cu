@@ -11,8 +11,7 @@
  * synchronises, and every read of data other blocks wrote in this launch goes
  * through L2 (cp.async.cg, __ldcg), never a possibly stale L1 line.
  *
- * Shared memory: the GEMM ring / tables / C tile (gemm_tile.cuh), the
- * dispatch's fp32 token (H floats, over the ring), then mega_shared and the
+ * Shared memory: the GEMM ring / tables / C tile (gemm_tile.cuh), then mega_shared and the
  * plan: expert row offsets [E+1], tile offsets [E+1], then the rows and local
  * experts of the item's slots [blockDim] each. */
 #include "kernels/mega_kernels.h"
@@ -692,7 +691,9 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     }
 }
 
-/* The ring of the smallest tile (BM 16) must hold the dispatch's fp32 token. */
+/* The ring of the smallest tile (BM 16), which held the dispatch's fp32
+ * token before dispatch_row (rows.cuh) encoded straight from registers; the
+ * hidden-size limit it implies stays until a larger hidden runs on the GPU. */
 template <int BM>
 static size_t ring_bytes(const moe_ep_split_dims_t *d)
 {
