@@ -26,7 +26,7 @@ __global__ void publish_error(moe_ep_split_bufs_t b)
 extern "C" moe_ep_status_t moe_ep_launch_combine(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
                                                  const moe_ep_split_io_t *io, moe_ep_stream_t stream)
 {
-    unsigned grid = moe_ep_stride_grid((int64_t)d->R * d->T_max, d->num_sms, 8);
+    unsigned grid = moe_ep_stride_grid((int64_t)d->R * d->T_max, d->num_sms, MOE_EP_TOKEN_BLOCKS_PER_SM);
     combine_tokens<<<grid, 256, 0, (cudaStream_t)stream>>>(*d, *b, *io);
     return moe_ep_launch_check("combine_tokens");
 }

@@ -7,7 +7,6 @@
 #include "kernels/rows.cuh"
 
 #define DISPATCH_THREADS 256
-#define DISPATCH_BLOCKS_PER_SM 8
 
 __global__ void __launch_bounds__(DISPATCH_THREADS) dispatch_tokens(moe_ep_split_dims_t d, moe_ep_split_bufs_t b,
                                                                     moe_ep_split_io_t io)
@@ -35,7 +34,7 @@ __global__ void __launch_bounds__(DISPATCH_THREADS) dispatch_tokens(moe_ep_split
 extern "C" moe_ep_status_t moe_ep_launch_dispatch(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
                                                   const moe_ep_split_io_t *io, moe_ep_stream_t stream)
 {
-    unsigned grid = moe_ep_stride_grid((int64_t)d->R * d->T_max, d->num_sms, DISPATCH_BLOCKS_PER_SM);
+    unsigned grid = moe_ep_stride_grid((int64_t)d->R * d->T_max, d->num_sms, MOE_EP_TOKEN_BLOCKS_PER_SM);
     dispatch_tokens<<<grid, DISPATCH_THREADS, 0, (cudaStream_t)stream>>>(*d, *b, *io);
     return moe_ep_launch_check("dispatch_tokens");
 }

@@ -18,6 +18,10 @@ static inline moe_ep_status_t moe_ep_launch_check(const char *what)
     return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* Blocks per SM of the per-token grid-stride kernels (dispatch, combine):
+ * 8 x 256 threads fill an SM. */
+#define MOE_EP_TOKEN_BLOCKS_PER_SM 8
+
 /* Blocks of a grid-stride loop over n items: n, at most blocks_per_sm per SM. */
 static inline unsigned moe_ep_stride_grid(int64_t n, int sms, int blocks_per_sm)
 {

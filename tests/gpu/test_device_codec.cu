@@ -19,15 +19,8 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            test_failed++;                                                                         \
-            exit(test_summary("test_device_codec"));                                                      \
-        }                                                                                          \
-    } while (0)
+#define TEST_NAME "test_device_codec"
+#include "cuda_check.h"
 
 /* ---- scalars ---------------------------------------------------------------- */
 

@@ -13,15 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            test_failed++;                                                                     \
-            exit(test_summary("test_tiles"));                                                  \
-        }                                                                                      \
-    } while (0)
+#define TEST_NAME "test_tiles"
+#include "cuda_check.h"
 
 /* Split backend, one rank, tokens [t0, t0 + T) of the fixture -> out (host). */
 static moe_ep_status_t gpu_run(const fixture_t *f, moe_ep_path_t path, int t0, int T, int max_tokens, uint16_t *out)
