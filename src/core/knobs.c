@@ -18,10 +18,10 @@ static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 static int tile_ok(int v) { return v == 16 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
-/* The tile rows a layer of this config can run: FP8-BLOCK with the wgmma
- * tiles' shapes only 64 (its QGMMA tile with fp8_fast_accum, else its fp16
- * HGMMA tile, at every T: moe_ep_single_tile); bf16 with the HGMMA tile's
- * shapes 16, 64 or 128; else 16, 64. */
+/* The tile rows a layer of this config can run: FP8-BLOCK and MXFP8 with the
+ * wgmma tiles' shapes only 64 (FP8-BLOCK's QGMMA tile with fp8_fast_accum,
+ * else the fp16 HGMMA register tile, at every T: moe_ep_single_tile); bf16
+ * with the HGMMA tile's shapes 16, 64 or 128; else 16, 64. */
 static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
     if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum)) return v == 64;
@@ -46,7 +46,7 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
                    "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16, "
-                   "and fp8_block only 64 (its wgmma tile), when hidden %% 256 == 0 "
+                   "and fp8_block and mxfp8 only 64 (their wgmma tile), when hidden %% 256 == 0 "
                    "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
                    k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
@@ -65,9 +65,10 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 
 /* GEMM tile rows for this forward. Layers whose shapes allow a TMA + wgmma
  * tile run it at every T: FP8-BLOCK its 64-row tile, the QGMMA one with
- * fp8_fast_accum, else the exact fp16 HGMMA one (the only tile either may run:
- * moe_ep_single_tile; the fp16 tile was measured 1.07-1.14x faster than the
- * 16-row mma.sync tile at 12 rows per expert and ~5 % slower at 1.5); bf16
+ * fp8_fast_accum, else the exact fp16 HGMMA register tile, as MXFP8 (the
+ * only tile either may run: moe_ep_single_tile; FP8-BLOCK's fp16 tile was
+ * measured 1.07-1.14x faster than the 16-row mma.sync tile at 12 rows per
+ * expert and ~5 % slower at 1.5); bf16
  * the 128-row HGMMA tile (measured on the EP8 slices, T = 8 .. 512: 1.25-3.4x
  * faster than the best mma.sync tile even when mostly empty: its TMA ring
  * streams the weights at close to the copy bandwidth). Otherwise 16 when

@@ -29,10 +29,13 @@
 #define MODE_WGMMA 3
 #define MODE_QGMMA 4
 #define MODE_WIDEN0 5 /* + the widening format (f16_widen_tile.cuh, 64 rows): FP8-BLOCK; the experiment's others */
-#define MODE_WIDEN(m) ((m) >= MODE_WIDEN0)
-#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m))
-#define WIDEN_OF(m) ((m) - MODE_WIDEN0)
 #define MODE_FP8_RS (MODE_WIDEN0 + WIDEN_FP8) /* FP8-BLOCK: fp8_rs_tile.cuh, not the widening tile */
+#define MODE_MX_RS 9                          /* MXFP8: fp8_rs_tile.cuh */
+#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS)
+#define MODE_WIDEN(m) ((m) >= MODE_WIDEN0 && !MODE_RS(m))
+#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m) || MODE_RS(m))
+#define WIDEN_OF(m) ((m) - MODE_WIDEN0)
+#define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : RS_FP8_BLOCK)
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
@@ -282,8 +285,8 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
-    else if constexpr (MODE == MODE_FP8_RS)
-        fp8_rs_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    else if constexpr (MODE_RS(MODE))
+        fp8_rs_tile<RS_FMT_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_WIDEN(MODE))
         f16_widen_tile<WIDEN_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e,
                                        row0, rows_valid, n0);
@@ -558,7 +561,7 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
-    else if constexpr (MODE == MODE_FP8_RS) return (FR_SMEM_BYTES + 15) / 16 * 16;
+    else if constexpr (MODE_RS(MODE)) return (FR_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE_WIDEN(MODE)) return (FF_SMEM_BYTES + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
@@ -645,7 +648,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     } else if (MODE == MODE_QGMMA) {
         MOE_EP_CHECK(qg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(qg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
-    } else if (MODE == MODE_FP8_RS) {
+    } else if (MODE_RS(MODE)) {
         MOE_EP_CHECK(fr_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps(p.g2, rows, &p.ta2, &p.tb2));
     } else if (MODE_WIDEN(MODE)) {
@@ -660,9 +663,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
  * W4A8; 32 rows (256 threads) for bf16 and FP8-BLOCK, whose 64-row instances
  * spill here (see the tile rows note above); tile_rows 128 with bf16: the TMA
  * + HGMMA tile (384 threads); FP8-BLOCK layers with fp8_fast_accum: the QGMMA
- * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK's large
- * tile where its shapes allow: the exact fp16 HGMMA tile (64 rows, 384
- * threads, the bits of mma.sync). */
+ * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK and
+ * MXFP8 where their shapes allow: the exact fp16 HGMMA register tile (64
+ * rows, 384 threads; tile_rows is then always 64). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     bool small = a->d.tile_rows == 16;
@@ -672,16 +675,14 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
                : a->d.tile_rows == 128 ? launch<WG_BM, MODE_WGMMA, 0>(a, s)
                                        : launch<32, MODE_BF16, 0>(a, s);
     case MOE_EP_FORMAT_MXFP8:
-#ifdef MOE_EP_WIDEN_EXPERIMENT /* MXFP8's and W4A8's large tile on fp16 HGMMA */
-        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I))
-            return a->d.path == MOE_EP_PATH_W4A8 ? launch<FF_BM, MODE_WIDEN0 + WIDEN_W4A8, 32>(a, s)
-                                                 : launch<FF_BM, MODE_WIDEN0 + WIDEN_MXFP8, 32>(a, s);
+        if (!small && moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) return launch<FR_BM, MODE_MX_RS, 32>(a, s);
+#ifdef MOE_EP_WIDEN_EXPERIMENT /* W4A8's large tile on fp16 HGMMA */
+        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_WIDEN0 + WIDEN_W4A8, 32>(a, s);
 #endif
         return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
-        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I))
-            return launch<FR_BM, MODE_FP8_RS, 128>(a, s);
+        if (!small && moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) return launch<FR_BM, MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
 #ifdef MOE_EP_WIDEN_EXPERIMENT /* NVFP4's large tile on fp16 HGMMA */

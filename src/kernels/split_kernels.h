@@ -37,11 +37,10 @@ extern "C" {
 #define MOE_EP_GPU_MAX_RANKS 64 /* local ranks of one launch (emulated group) */
 
 /* The TMA + wgmma tiles a layer can run (both GEMMs: N % 256, K % 64 or 128):
- * bf16 the 128-row HGMMA tile and FP8-BLOCK the 64-row fp16 HGMMA tile
- * (knob choices: their bits equal mma.sync's);
- * FP8-BLOCK with config.fp8_fast_accum the 64-row QGMMA tile, then at every T
- * and on both GPU backends (its bits differ from the FP8 mma.sync's, so a
- * layer never mixes them). */
+ * bf16 the 128-row HGMMA tile (a knob choice: its bits equal mma.sync's);
+ * FP8-BLOCK and MXFP8 the 64-row fp16 HGMMA register tile, FP8-BLOCK with
+ * config.fp8_fast_accum the 64-row QGMMA tile, both at every T and on both
+ * GPU backends (moe_ep_single_tile). */
 static inline int moe_ep_hgmma_fits(moe_ep_path_t path, int H, int I)
 {
     return path == MOE_EP_PATH_BF16 && H % 256 == 0 && I % 128 == 0;
@@ -52,29 +51,35 @@ static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast
     return fp8_fast_accum && path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
 }
 
-/* FP8-BLOCK's exact 64-row tiles on fp16 HGMMA (E4M3 widened to fp16, exact;
- * the same bits as its mma.sync tiles, so a knob choice); NVFP4's, MXFP8's and
- * W4A8's likewise in the experiment build (-DMOE_EP_WIDEN_EXPERIMENT, in the
+/* The exact FP8 register tile (fp8_rs_tile.cuh: fp16 HGMMA, E4M3 widened
+ * exactly): FP8-BLOCK, and MXFP8 with its power-of-two scales folded into
+ * the fp16 operands. */
+static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
+{
+    return (path == MOE_EP_PATH_FP8_BLOCK || path == MOE_EP_PATH_MXFP8) && H % 256 == 0 && I % 128 == 0;
+}
+
+/* The 64-row fp16 HGMMA tiles: the register tile, and NVFP4's and W4A8's
+ * widening tiles in the experiment build (-DMOE_EP_WIDEN_EXPERIMENT, in the
  * CUDA and C flags). */
 static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
 {
 #ifdef MOE_EP_WIDEN_EXPERIMENT
-    if (path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8)
-        return H % 256 == 0 && I % 128 == 0;
+    if (path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_W4A8) return H % 256 == 0 && I % 128 == 0;
 #endif
-    return path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
+    return moe_ep_rs_tile_fits(path, H, I);
 }
 
-/* Layers whose GEMMs run one tile shape (64 rows) at every T: the QGMMA tile
- * (its bits differ from the FP8 mma.sync's), and FP8-BLOCK's exact fp16 tile,
- * whose bits equal the FP8 mma.sync tiles' on almost every input but not on
- * all (test_tiles, seed 1796001347: 8 tokens alone on the 16-row mma.sync
- * tile differed from the same tokens in a batch on the fp16 tile), so a layer
- * never mixes the two and its rows never depend on the batch. */
+/* Layers whose GEMMs run one tile shape (64 rows) at every T, so that a row's
+ * bits never depend on the batch: the QGMMA tile (its bits differ from the
+ * FP8 mma.sync's); FP8-BLOCK's register tile, whose bits equal the FP8
+ * mma.sync tiles' on almost every input but not on all (test_tiles, seed
+ * 1796001347: 8 tokens alone on the 16-row mma.sync tile differed from the
+ * same tokens in a batch on the fp16 tile); MXFP8's, which sums each
+ * 128-wide K block in one fp16 HGMMA sum instead of four promoted 32-blocks. */
 static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
-    return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) ||
-           (path == MOE_EP_PATH_FP8_BLOCK && moe_ep_f16_widen_fits(path, H, I));
+    return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) || moe_ep_rs_tile_fits(path, H, I);
 }
 
 /* Device error word: kind in the top 8 bits, detail below. */

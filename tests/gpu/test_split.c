@@ -786,8 +786,8 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
 }
 
 /* Explicit knobs {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the HGMMA tile,
- * on bf16; FP8-BLOCK with the wgmma shapes runs only its 64-row tile, QGMMA
- * or fp16 HGMMA: {64, 1} and {64, 2}, and has nothing to tune), then
+ * on bf16; FP8-BLOCK and MXFP8 with the wgmma shapes run only their 64-row
+ * tile, QGMMA or fp16 HGMMA: {64, 1} and {64, 2}, and have nothing to tune), then
  * autotuning (into a temporary knob cache), then the cache, give the same
  * bytes. */
 static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,
@@ -796,7 +796,7 @@ static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, co
     static const int all[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}}, qgmma[2][2] = {{64, 1}, {64, 2}};
     char label[96];
     int wg_shapes = f->H % 256 == 0 && f->I % 128 == 0;
-    int one_tile = s.path == MOE_EP_PATH_FP8_BLOCK && wg_shapes;
+    int one_tile = (s.path == MOE_EP_PATH_FP8_BLOCK || s.path == MOE_EP_PATH_MXFP8) && wg_shapes;
     const int(*sets)[2] = one_tile ? qgmma : all;
     int n_sets = one_tile ? 2 : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
     moe_ep_knob_source_t tuned = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_AUTOTUNED,

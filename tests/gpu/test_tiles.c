@@ -73,13 +73,28 @@ static double rel_l2(const uint16_t *got, const uint16_t *want, size_t n, int *n
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Multiplies element i of each 32-block b of every row of a [rows][n] bf16
+ * matrix by 2^((b * 7 + row * 3) % (2 span + 1) - span): 32-blocks of one
+ * 128-wide K block then differ by up to 2^(2 span) (the MXFP8 register tile
+ * folds a block's scale into fp16 only exactly up to 2^15 below the largest). */
+static void spread_blocks(uint16_t *m, int rows, int n, int span)
+{
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) {
+            int e = ((i / 32) * 7 + r * 3) % (2 * span + 1) - span;
+            m[(size_t)r * n + i] = moe_ep_bf16_from_f32(ldexpf(moe_ep_bf16_to_f32(m[(size_t)r * n + i]), e));
+        }
+}
+
 /* Large batch (128-row tiles for bf16) vs the reference, and its first tokens
- * run alone (16-row tiles) and in a medium batch (64-row tiles), bit for bit. */
-static void test_path(moe_ep_path_t path, uint64_t *rng)
+ * run alone (16-row tiles) and in a medium batch (64-row tiles), bit for bit.
+ * spread: activations and W13 with 32-blocks of very different magnitudes. */
+static void test_path(moe_ep_path_t path, int spread, uint64_t *rng)
 {
     enum { E = 4, K = 2, H = 512, I = 256, T = 512 };
     fixture_t f;
     fixture_init(&f, E, K, H, I, T, ROUTE_UNIFORM, rng);
+    if (spread) spread_blocks(f.x, T, H, 20), spread_blocks(f.w13, E * 2 * I, H, 10);
     for (int t = 0; t < T; t++) /* distinct experts per token */
         if (f.ids[t * K + 1] == f.ids[t * K]) f.ids[t * K + 1] = (f.ids[t * K] + 1) % E;
     size_t n = (size_t)T * H;
@@ -92,8 +107,8 @@ static void test_path(moe_ep_path_t path, uint64_t *rng)
     int nan;
     double err = rel_l2(big, ref, n, &nan);
     double tol = path == MOE_EP_PATH_BF16 ? 5e-3 : path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_W4A8 ? 2e-2 : 1e-2;
-    printf("  %-9s T=%d (%d rows per expert): rel L2 vs reference %.3e, unwritten %d\n", moe_ep_path_name(path), T,
-           T * K / E, err, nan);
+    printf("  %-9s T=%d (%d rows per expert)%s: rel L2 vs reference %.3e, unwritten %d\n", moe_ep_path_name(path), T,
+           T * K / E, spread ? ", 32-blocks spread" : "", err, nan);
     EXPECT(nan == 0 && err <= tol, "%s: rel L2 %.3e (tol %.0e), %d unwritten", moe_ep_path_name(path), err, tol, nan);
     for (size_t i = 0, shown = 0; i < n && shown < 6 && err > tol; i++) /* where the large batch is off */
         if (fabsf(moe_ep_bf16_to_f32(big[i]) - moe_ep_bf16_to_f32(ref[i])) > 0.05f * (1.0f + fabsf(moe_ep_bf16_to_f32(ref[i])))) {
@@ -121,6 +136,7 @@ int main(void)
     }
     uint64_t rng = test_seed();
     printf("tile kernels (16-row mma.sync, 64-row mma.sync, 128-row wgmma for bf16) agree\n");
-    for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) test_path((moe_ep_path_t)p, &rng);
+    for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) test_path((moe_ep_path_t)p, 0, &rng);
+    test_path(MOE_EP_PATH_MXFP8, 1, &rng);
     return test_summary("test_tiles");
 }

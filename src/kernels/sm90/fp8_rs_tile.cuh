@@ -1,4 +1,4 @@
-/* FP8-BLOCK's exact tile with the weights in registers, for the split
+/* The FP8 register tile (FP8-BLOCK and MXFP8), for the split
  * backend's grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 64 x 256
  * output tile (64 activation rows, 256 weight rows) of one expert, 384
  * threads, the same arithmetic as f16_widen_tile's FP8 tile (E4M3 -> fp16 is
@@ -22,7 +22,19 @@
  * issues the TMA copies, all 128 threads widen A. Warpgroups 1 and 2 own
  * weight rows [128 h, 128 h + 128) (h = 0, 1: gate and up halves of a GEMM1
  * tile), as two m64 blocks; per stage: 2 x 8 x wgmma m64n64k16 (RS) into
- * part (2 x 32 fp32), then the promotion into acc (2 x 32 fp32). */
+ * part (2 x 32 fp32), then the promotion into acc (2 x 32 fp32).
+ *
+ * MXFP8 (RS_MXFP8) runs the same loop: its UE8M0 scales are powers of two,
+ * so within a 128-wide K block each 32-block's scale 2^b is split into the
+ * block's largest 2^ref times 2^-(ref - b), and the second factor is folded
+ * into the fp16 operand (an exponent shift: exact while ref - b <= 15, as an
+ * E4M3 value's last bit is >= 2^-9 and fp16 reaches 2^-24; beyond that only
+ * bits below 2^-24 of the largest block's scale are rounded away). The
+ * promotion then multiplies by 2^ref_x * 2^ref_w per activation row and
+ * weight row. A NaN scale (0xFF) is the largest byte, so ref gives NaN and
+ * the 128-block's sums become NaN, as they do on the mma.sync tiles. These
+ * sums differ in rounding from the mma.sync tiles' per-32 promotion, so MXFP8
+ * layers run this tile at every T (moe_ep_single_tile). */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
@@ -37,11 +49,16 @@
 #define FR_CVT 2
 #define FR_THREADS 384
 
+enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1 };
+
 struct fr_smem {
     __half a[FR_CVT][2][FR_BM * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, 16 KB per stage */
     uint8_t ra[FR_RAW][FR_BM * FR_BK];  /* raw E4M3 activations, 8 KB per stage (128-byte swizzle) */
     uint8_t rb[FR_RAW][FR_BN * FR_BK];  /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
-    float sxw[FR_CVT][2][FR_BM];        /* the stage's s_x * s_w per consumer (0 past the valid rows) */
+    float sxw[FR_CVT][2][FR_BM];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
+                                           rows); MXFP8: [cs][0] = 2^ref_x per activation row */
+    float sw[FR_CVT][FR_BN];            /* MXFP8: 2^ref_w per weight row */
+    uint32_t wm[FR_CVT][4][FR_BN];      /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2 */
     uint64_t raw_full[FR_RAW], raw_empty[FR_RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
     int64_t row0;                       /* the tile's place, for the epilogue: kept here, not in */
     int rows_valid, n0;                 /* registers across the K loop (the consumers need them all) */
@@ -71,33 +88,114 @@ __device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t p)
     return o;
 }
 
+/* f16x2 product, round to nearest (exact for the exponent shifts used here). */
+__device__ __forceinline__ uint32_t fr_hmul2(uint32_t a, uint32_t b)
+{
+    uint32_t o;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(o) : "r"(a), "r"(b));
+    return o;
+}
+
 /* The A fragment of k16 step kk from a raw weight stage (128-byte rows,
  * 128-byte swizzle: 16-byte chunk kk of row r at ((kk ^ (r & 7)) << 4)),
  * rows g and g + 8 (same r & 7): a[0] (g, k 2q, 2q+1), a[1] (g + 8, same),
  * a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same). row_g: the shared address of
- * row g's byte 2 q. */
-__device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int g7, int kk)
+ * row g's byte 2 q. MXFP8: m[0], m[1] = the k32 block's multipliers of rows
+ * g and g + 8 (f16x2). */
+template <int FMT>
+__device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int g7, int kk, const uint32_t *m)
 {
     uint32_t p = row_g + ((kk ^ g7) << 4);
     a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
+    if constexpr (FMT == RS_MXFP8)
+        a[0] = fr_hmul2(a[0], m[0]), a[1] = fr_hmul2(a[1], m[1]), a[2] = fr_hmul2(a[2], m[0]), a[3] = fr_hmul2(a[3], m[1]);
+}
+
+/* MXFP8: the 128-block's reference byte (the largest of the four UE8M0 bytes
+ * in w) and the multiplier 2^-(ref - b) of byte b as f16x2 (fp16 bits
+ * (15 - d) << 10 for d <= 14, the subnormal 1 << (24 - d) up to 24, else 0). */
+__device__ __forceinline__ uint32_t fr_mx_ref(uint32_t w)
+{
+    return max(max(w & 0xFF, (w >> 8) & 0xFF), max((w >> 16) & 0xFF, w >> 24));
+}
+
+__device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
+{
+    uint32_t d = ref - b, h = d <= 14 ? (15 - d) << 10 : d <= 24 ? 1u << (24 - d) : 0u;
+    return h | h << 16;
 }
 
 /* Raw activation stage (64 rows x 128 E4M3, 128-byte swizzle) -> fp16 in the
  * wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
- * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half j / 4. */
-__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t)
+ * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
+ * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
+ * MXFP8: times m[i] (f16x2). */
+template <int FMT>
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, const uint32_t *m)
 {
-    for (int c = t; c < FR_BM * 8; c += 128) {
-        int r = c / 8, j = c % 8;
+#pragma unroll
+    for (int i = 0; i < FR_BM * 8 / 128; i++) {
+        int r = t / 8 + 16 * i, j = t % 8;
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
+        if constexpr (FMT == RS_MXFP8) {
+            lo.x = fr_hmul2(lo.x, m[i]), lo.y = fr_hmul2(lo.y, m[i]), lo.z = fr_hmul2(lo.z, m[i]), lo.w = fr_hmul2(lo.w, m[i]);
+            hi.x = fr_hmul2(hi.x, m[i]), hi.y = fr_hmul2(hi.y, m[i]), hi.z = fr_hmul2(hi.z, m[i]), hi.w = fr_hmul2(hi.w, m[i]);
+        }
         ff_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
         ff_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
     }
 }
 
+/* MXFP8, producer thread t: the scale words of stage cv, read before the
+ * stage's waits (from L2; the rows come by TMA): wa[i] of activation row
+ * t / 8 + 16 i (0 past the valid rows: their scale rows may lie past the
+ * buffer), ww[i] of weight row t + 128 i. */
+struct fr_mx_words {
+    uint32_t wa[FR_BM * 8 / 128], ww[2];
+};
+
+__device__ __forceinline__ fr_mx_words fr_mx_load(const gemm_args &g, int64_t row0, int rows_valid, int64_t b_row,
+                                                  int cv, int t)
+{
+    const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
+    fr_mx_words w;
+#pragma unroll
+    for (int i = 0; i < FR_BM * 8 / 128; i++) {
+        int r = t / 8 + 16 * i;
+        w.wa[i] = r < rows_valid ? __ldcg((const uint32_t *)(g.a_scales + (row0 + r) * g.a_scale_stride) + cv) : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) w.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
+    return w;
+}
+
+/* Then, once stage cs is free: the activation multipliers of the thread's
+ * four chunks (m[i]; 0 past the valid rows), 2^ref_x of its rows (from
+ * t % 8 == 0), 2^ref_w and the four k32 multipliers of weight rows t, t + 128. */
+__device__ __forceinline__ void fr_mx_store(fr_smem &s, const fr_mx_words &w, int rows_valid, int cs, int t, uint32_t *m)
+{
+#pragma unroll
+    for (int i = 0; i < FR_BM * 8 / 128; i++) {
+        int r = t / 8 + 16 * i;
+        uint32_t ref = fr_mx_ref(w.wa[i]);
+        m[i] = r < rows_valid ? fr_mx_mult(ref, (w.wa[i] >> (8 * ((t % 8) / 2))) & 0xFF) : 0u;
+        if (t % 8 == 0) s.sxw[cs][0][r] = r < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        uint32_t ref = fr_mx_ref(w.ww[i]);
+        int n = t + 128 * i;
+        s.sw[cs][n] = moe_ep_ue8m0_to_f32((uint8_t)ref);
+#pragma unroll
+        for (int j = 0; j < 4; j++) s.wm[cs][j][n] = fr_mx_mult(ref, (w.ww[i] >> (8 * j)) & 0xFF);
+    }
+}
+
 /* Warpgroup 0: TMA of the raw stages (thread 0), widening of A and the
- * scale products s_x * s_w of both consumers by all 128 threads. */
+ * stage's scales (FP8-BLOCK: s_x * s_w of both consumers; MXFP8: fr_mx_store)
+ * by all 128 threads. */
+template <int FMT>
 __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
                                            int n_k, int t)
@@ -116,15 +214,23 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
         int cv = kt - (FR_RAW - 1);
         if (cv < 0) continue;
         int rs = cv % FR_RAW, cs = cv % FR_CVT;
-        float p0 = 0.0f, p1 = 0.0f; /* row t's s_x * s_w of block cv for consumers 0, 1 (fp32 per 128 x 128) */
-        if (t < FR_BM && t < rows_valid) {
-            float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
-            p0 = sx * __ldcg(sw0 + cv), p1 = sx * __ldcg(sw1 + cv);
+        uint32_t m[FR_BM * 8 / 128];
+        if constexpr (FMT == RS_MXFP8) {
+            fr_mx_words w = fr_mx_load(g, row0, rows_valid, b_row, cv, t);
+            mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
+            mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
+            fr_mx_store(s, w, rows_valid, cs, t, m);
+        } else {
+            float p0 = 0.0f, p1 = 0.0f; /* row t's s_x * s_w of block cv for consumers 0, 1 (fp32 per 128 x 128) */
+            if (t < FR_BM && t < rows_valid) {
+                float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+                p0 = sx * __ldcg(sw0 + cv), p1 = sx * __ldcg(sw1 + cv);
+            }
+            mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
+            mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
+            if (t < FR_BM) s.sxw[cs][0][t] = p0, s.sxw[cs][1][t] = p1;
         }
-        mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
-        mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
-        fr_widen_rows(s.ra[rs], s.a[cs], t);
-        if (t < FR_BM) s.sxw[cs][0][t] = p0, s.sxw[cs][1][t] = p1;
+        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, m);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_full[cs]);
@@ -133,40 +239,66 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
- * stage 0, its scale products in stage 0; the stages follow at fixed strides. */
+ * stage 0, its scale products (MXFP8: 2^ref_x) in stage 0, MXFP8: its row
+ * g's k32 multipliers and 2^ref_w in stage 0; the stages follow at fixed strides. */
 struct fr_addr {
-    uint32_t frag, act, sxw;
+    uint32_t frag, act, sxw, wm, sw;
     int g7;
 };
 
 #define FR_RB_STAGE (FR_BN * FR_BK)     /* bytes between raw weight stages */
 #define FR_A_STAGE (2 * FR_BM * 64 * 2) /* bytes between fp16 activation stages */
 #define FR_SXW_STAGE (2 * FR_BM * 4)    /* bytes between scale-product stages */
+#define FR_WM_STAGE (4 * FR_BN * 4)     /* MXFP8: bytes between multiplier stages (k32 blocks FR_BN * 4 apart) */
+#define FR_SW_STAGE (FR_BN * 4)         /* MXFP8: bytes between 2^ref_w stages */
 
+template <int FMT>
 __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, int q)
 {
     fr_addr a;
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_BK + 2 * q;
     a.act = smem_u32(s.a[0][0]);
-    a.sxw = smem_u32(&s.sxw[0][h][2 * q]);
+    a.sxw = smem_u32(&s.sxw[0][FMT == RS_MXFP8 ? 0 : h][2 * q]);
+    a.wm = smem_u32(&s.wm[0][0][128 * h + g]);
+    a.sw = smem_u32(&s.sw[0][128 * h + g]);
     a.g7 = g & 7;
     return a;
+}
+
+__device__ __forceinline__ uint32_t fr_ld_u32(uint32_t p)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float fr_ld_f32(uint32_t p)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(p) : "memory");
+    return v;
 }
 
 /* Both m64 blocks of the consumer on stage (rs, cs): part[mb] = block mb's
  * 128-K sum, 8 k16 steps each, the two blocks' steps interleaved so that 4
  * wgmmas are in flight. The A fragments take 2 x 2 x 4 registers: step kk's
  * are loaded while step kk - 1 runs, once step kk - 2 (the same registers)
- * is done (one commit group per step). */
+ * is done (one commit group per step). MXFP8: the k32 block's multipliers of
+ * rows g, g + 8 of both blocks. */
+template <int FMT>
 __device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, int rs, int cs)
 {
     uint32_t row_g = ad.frag + rs * FR_RB_STAGE, act = ad.act + cs * FR_A_STAGE;
-    uint32_t a[2][2][4];
+    uint32_t a[2][2][4], m[2][2] = {{0u, 0u}, {0u, 0u}};
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         if (kk >= 2) wgmma_wait<1>();
-        fr_fragment(a[kk & 1][0], row_g, ad.g7, kk);
-        fr_fragment(a[kk & 1][1], row_g + 64 * FR_BK, ad.g7, kk); /* block 1: 64 rows on */
+        if constexpr (FMT == RS_MXFP8) { /* reloaded every step: registers are at the limit */
+            uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4;
+            m[0][0] = fr_ld_u32(wm), m[0][1] = fr_ld_u32(wm + 32), m[1][0] = fr_ld_u32(wm + 256), m[1][1] = fr_ld_u32(wm + 288);
+        }
+        fr_fragment<FMT>(a[kk & 1][0], row_g, ad.g7, kk, m[0]);
+        fr_fragment<FMT>(a[kk & 1][1], row_g + 64 * FR_BK, ad.g7, kk, m[1]); /* block 1: 64 rows on */
         wgmma_fence();
         /* B: K half kk / 4 (8 KB on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * FR_BM * 128) + 2 * (kk % 4);
@@ -177,18 +309,29 @@ __device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, i
     wgmma_wait<0>();
 }
 
-/* acc += part * (s_x * s_w of the fragment's activation columns 8 j + 2 q, +1:
- * the pair at shared address sxw + 32 j). */
-__device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw)
+/* acc += part * s, s of the fragment's activation columns 8 j + 2 q, +1 (the
+ * pair at shared address sxw + 32 j): FP8-BLOCK s_x * s_w; MXFP8 2^ref_x
+ * times 2^ref_w of rows g, g + 8 (at sw, sw + 32). */
+template <int FMT>
+__device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw, uint32_t sw)
 {
+    float wg = 1.0f, wg8 = 1.0f;
+    if constexpr (FMT == RS_MXFP8) wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         float s0, s1;
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
-        acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        if constexpr (FMT == RS_MXFP8) {
+            acc[4 * j] = fmaf(part[4 * j], s0 * wg, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], s1 * wg, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], s0 * wg8, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], s1 * wg8, acc[4 * j + 3]);
+        } else {
+            acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        }
     }
 }
 
@@ -207,6 +350,7 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
 /* Every thread of a 384-thread block calls it; ta / tb: raw maps with boxes of
  * 64 x 128 and 256 x 128 bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
+template <int FMT>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
@@ -220,10 +364,10 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads();
     if (wg == 0) {
-        fr_produce(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        fr_produce<FMT>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
-        const fr_addr ad = fr_addr_of(s, h, g8, q);
+        const fr_addr ad = fr_addr_of<FMT>(s, h, g8, q);
         float acc[2][32], part[2][32];
 #pragma unroll
         for (int i = 0; i < 32; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
@@ -232,9 +376,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             int rs = kt % FR_RAW, cs = kt % FR_CVT;
             mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
-            fr_stage(part, ad, rs, cs);
-            fr_promote(acc[0], part[0], ad.sxw + cs * FR_SXW_STAGE);
-            fr_promote(acc[1], part[1], ad.sxw + cs * FR_SXW_STAGE);
+            fr_stage<FMT>(part, ad, rs, cs);
+            fr_promote<FMT>(acc[0], part[0], ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE);
+            fr_promote<FMT>(acc[1], part[1], ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE + 256);
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
@@ -253,11 +397,19 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
 }
 
-/* The raw tensor maps of one GEMM for the tile: FP8-BLOCK operands, N % 256, K % 128. */
+/* The tile's format for a GEMM's operand formats (-1: none). */
+__host__ __device__ __forceinline__ int fr_format(moe_ep_format_t a, moe_ep_format_t b)
+{
+    if (a == MOE_EP_FORMAT_FP8_BLOCK && b == MOE_EP_FORMAT_FP8_BLOCK) return RS_FP8_BLOCK;
+    if (a == MOE_EP_FORMAT_MXFP8 && b == MOE_EP_FORMAT_MXFP8) return RS_MXFP8;
+    return -1;
+}
+
+/* The raw tensor maps of one GEMM for the tile: FP8-BLOCK or MXFP8 operands, N % 256, K % 128. */
 static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
 {
-    if (g.a_fmt != MOE_EP_FORMAT_FP8_BLOCK || g.b_fmt != MOE_EP_FORMAT_FP8_BLOCK || g.N % FR_BN || g.K % FR_BK)
-        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the FP8-BLOCK register tile: FP8-BLOCK operands, N %% 256, K %% 128");
+    if (fr_format(g.a_fmt, g.b_fmt) < 0 || g.N % FR_BN || g.K % FR_BK)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the FP8 register tile: FP8-BLOCK or MXFP8 operands, N %% 256, K %% 128");
     MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, FR_BM));
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);
 }

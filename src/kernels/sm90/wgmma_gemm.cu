@@ -1,19 +1,22 @@
 /* Grouped GEMM on the Hopper TMA + wgmma tiles: a persistent grid walks the
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
- * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), FP8-BLOCK's
- * exact tile (fp16 HGMMA with the weights in registers, 64 x 256,
- * fp8_rs_tile.cuh) or, in the experiment build, the fp16 widening tile of
- * NVFP4, MXFP8 and W4A8 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
+ * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), the
+ * exact FP8 tile of FP8-BLOCK and MXFP8 (fp16 HGMMA with the weights in
+ * registers, 64 x 256, fp8_rs_tile.cuh) or, in the experiment build, the
+ * fp16 widening tile of NVFP4 and W4A8 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
 #include "kernels/sm90/f16_widen_tile.cuh"
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
-/* Instances: TILE_BF16, TILE_QGMMA, or TILE_WIDEN + the widening format. */
+/* Instances: TILE_BF16, TILE_QGMMA, TILE_WIDEN + the widening format
+ * (experiment), or KIND_RS + the register tile's format. */
+#define KIND_RS 8
+
 template <int KIND>
 struct tile_shape {
-    static constexpr bool WIDE = KIND >= TILE_WIDEN;
-    static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, BM = KIND == TILE_BF16 ? WG_BM : 64, BN = 256;
-    static constexpr bool RS = KIND == TILE_WIDEN + WIDEN_FP8; /* FP8-BLOCK: the weights-in-registers tile */
+    static constexpr bool RS = KIND >= KIND_RS, WIDE = KIND >= TILE_WIDEN && !RS;
+    static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, RS_FMT = RS ? KIND - KIND_RS : 0;
+    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : 64, BN = 256;
     static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES
                                    : RS                ? FR_SMEM_BYTES
                                                        : FF_SMEM_BYTES;
@@ -33,7 +36,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * S::BM;
         int rows_valid = (int)min((int64_t)S::BM, (int64_t)g.expert_offset[e + 1] - row0);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
-        else if constexpr (S::RS) fp8_rs_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else if constexpr (S::WIDE) f16_widen_tile<S::WIDEN>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
     }
@@ -64,13 +67,16 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t r
 {
     if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
     if (kind == TILE_QGMMA) return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
+    switch (fr_format(g.a_fmt, g.b_fmt)) {
+    case RS_FP8_BLOCK: return launch<KIND_RS + RS_FP8_BLOCK>(g, rows_capacity, num_sms, s, name);
+    case RS_MXFP8: return launch<KIND_RS + RS_MXFP8>(g, rows_capacity, num_sms, s, name);
+    default: break;
+    }
     switch (ff_widen_format(g.a_fmt, g.b_fmt)) {
-    case WIDEN_FP8: return launch<TILE_WIDEN + WIDEN_FP8>(g, rows_capacity, num_sms, s, name);
 #ifdef MOE_EP_WIDEN_EXPERIMENT
     case WIDEN_NVFP4: return launch<TILE_WIDEN + WIDEN_NVFP4>(g, rows_capacity, num_sms, s, name);
-    case WIDEN_MXFP8: return launch<TILE_WIDEN + WIDEN_MXFP8>(g, rows_capacity, num_sms, s, name);
     case WIDEN_W4A8: return launch<TILE_WIDEN + WIDEN_W4A8>(g, rows_capacity, num_sms, s, name);
 #endif
-    default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no fp16 widening tile for these formats", name);
+    default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no fp16 tile for these formats", name);
     }
 }
