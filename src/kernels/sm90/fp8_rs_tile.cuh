@@ -129,13 +129,16 @@ __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
  * wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
  * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
- * MXFP8: times m[i] (f16x2). */
+ * MXFP8: times m[i] (f16x2). Rows from rows_valid on keep whatever the
+ * stage held (decode tiles hold a few valid rows). */
 template <int FMT>
-__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, const uint32_t *m)
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, const uint32_t *m,
+                                              int rows_valid)
 {
 #pragma unroll
     for (int i = 0; i < FR_BM * 8 / 128; i++) {
         int r = t / 8 + 16 * i, j = t % 8;
+        if (r >= rows_valid) break; /* rows past the valid ones only feed output columns nobody stores */
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
         if constexpr (FMT == RS_MXFP8) {
@@ -147,8 +150,8 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
     }
 }
 
-/* MXFP8, producer thread t: the scale words of stage cv, read before the
- * stage's waits (from L2; the rows come by TMA): wa[i] of activation row
+/* MXFP8, producer thread t: the scale words of stage cv, read a stage ahead
+ * (from L2; the rows come by TMA): wa[i] of activation row
  * t / 8 + 16 i (0 past the valid rows: their scale rows may lie past the
  * buffer), ww[i] of weight row t + 128 i. */
 struct fr_mx_words {
@@ -192,6 +195,29 @@ __device__ __forceinline__ void fr_mx_store(fr_smem &s, const fr_mx_words &w, in
     }
 }
 
+/* Producer thread t's scales of stage cv: MXFP8 the words of fr_mx_load;
+ * FP8-BLOCK row t's s_x * s_w for consumers 0, 1 (fp32 per 128 x 128; 0 past
+ * the valid rows). */
+struct fr_stage_scales {
+    fr_mx_words w;
+    float p0, p1;
+};
+
+template <int FMT>
+__device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, int64_t row0, int rows_valid,
+                                                          int64_t b_row, const float *sw0, const float *sw1, int cv,
+                                                          int t)
+{
+    fr_stage_scales r = {};
+    if constexpr (FMT == RS_MXFP8) {
+        r.w = fr_mx_load(g, row0, rows_valid, b_row, cv, t);
+    } else if (t < FR_BM && t < rows_valid) {
+        float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+        r.p0 = sx * __ldcg(sw0 + cv), r.p1 = sx * __ldcg(sw1 + cv);
+    }
+    return r;
+}
+
 /* Warpgroup 0: TMA of the raw stages (thread 0), widening of A and the
  * stage's scales (FP8-BLOCK: s_x * s_w of both consumers; MXFP8: fr_mx_store)
  * by all 128 threads. */
@@ -203,6 +229,9 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
     const int64_t b_row = (int64_t)e * g.N + n0, b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
     const float *sw0 = (const float *)(g.b_scales + b_row * b_sb), *sw1 = (const float *)(g.b_scales + (b_row + 128) * b_sb);
     if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
+    /* The scales of the next stage to widen are loaded one stage ahead, so
+     * that their L2 latency overlaps the current stage's widening. */
+    fr_stage_scales next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, sw0, sw1, 0, t);
     for (int kt = 0; kt < n_k + FR_RAW - 1; kt++) {
         if (t == 0 && kt < n_k) { /* raw stage kt: FR_RAW - 1 ahead of the one widened */
             int st = kt % FR_RAW;
@@ -214,23 +243,14 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
         int cv = kt - (FR_RAW - 1);
         if (cv < 0) continue;
         int rs = cv % FR_RAW, cs = cv % FR_CVT;
+        const fr_stage_scales cur = next;
+        if (cv + 1 < n_k) next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, sw0, sw1, cv + 1, t);
+        mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
+        mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
         uint32_t m[FR_BM * 8 / 128];
-        if constexpr (FMT == RS_MXFP8) {
-            fr_mx_words w = fr_mx_load(g, row0, rows_valid, b_row, cv, t);
-            mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
-            mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
-            fr_mx_store(s, w, rows_valid, cs, t, m);
-        } else {
-            float p0 = 0.0f, p1 = 0.0f; /* row t's s_x * s_w of block cv for consumers 0, 1 (fp32 per 128 x 128) */
-            if (t < FR_BM && t < rows_valid) {
-                float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
-                p0 = sx * __ldcg(sw0 + cv), p1 = sx * __ldcg(sw1 + cv);
-            }
-            mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
-            mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
-            if (t < FR_BM) s.sxw[cs][0][t] = p0, s.sxw[cs][1][t] = p1;
-        }
-        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, m);
+        if constexpr (FMT == RS_MXFP8) fr_mx_store(s, cur.w, rows_valid, cs, t, m);
+        else if (t < FR_BM) s.sxw[cs][0][t] = cur.p0, s.sxw[cs][1][t] = cur.p1;
+        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, m, rows_valid);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_full[cs]);
