@@ -48,6 +48,28 @@
 #define FR_RAW 4
 #define FR_CVT 2
 #define FR_THREADS 384
+/* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
+ * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
+ * the producer warpgroup to the consumers for the tile (setmaxnreg):
+ * 2 x 224 + 56 = 3 x 168. */
+#define FR_LAUNCH_REGS 168
+#define FR_PRODUCER_REGS 104
+#define FR_CONSUMER_REGS 200
+#define FR_RING 4 /* k16 steps whose A fragments are in registers at once */
+
+/* The register moves assume the kernel runs at FR_LAUNCH_REGS (a consumer's
+ * setmaxnreg.inc would wait forever for registers the pool does not hold):
+ * launchers check it. */
+static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name)
+{
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));
+    if (fa.numRegs != FR_LAUNCH_REGS)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: %d registers per thread, the register tile needs %d", name,
+                           fa.numRegs, FR_LAUNCH_REGS);
+    return MOE_EP_SUCCESS;
+}
 
 enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1 };
 
@@ -129,16 +151,13 @@ __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
  * wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
  * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
- * MXFP8: times m[i] (f16x2). Rows from rows_valid on keep whatever the
- * stage held (decode tiles hold a few valid rows). */
+ * MXFP8: times m[i] (f16x2). */
 template <int FMT>
-__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, const uint32_t *m,
-                                              int rows_valid)
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, const uint32_t *m)
 {
 #pragma unroll
     for (int i = 0; i < FR_BM * 8 / 128; i++) {
         int r = t / 8 + 16 * i, j = t % 8;
-        if (r >= rows_valid) break; /* rows past the valid ones only feed output columns nobody stores */
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
         if constexpr (FMT == RS_MXFP8) {
@@ -250,7 +269,7 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
         uint32_t m[FR_BM * 8 / 128];
         if constexpr (FMT == RS_MXFP8) fr_mx_store(s, cur.w, rows_valid, cs, t, m);
         else if (t < FR_BM) s.sxw[cs][0][t] = cur.p0, s.sxw[cs][1][t] = cur.p1;
-        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, m, rows_valid);
+        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, m);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_full[cs]);
@@ -300,30 +319,32 @@ __device__ __forceinline__ float fr_ld_f32(uint32_t p)
 }
 
 /* Both m64 blocks of the consumer on stage (rs, cs): part[mb] = block mb's
- * 128-K sum, 8 k16 steps each, the two blocks' steps interleaved so that 4
- * wgmmas are in flight. The A fragments take 2 x 2 x 4 registers: step kk's
- * are loaded while step kk - 1 runs, once step kk - 2 (the same registers)
- * is done (one commit group per step). MXFP8: the k32 block's multipliers of
+ * 128-K sum, 8 k16 steps each, the two blocks' steps interleaved (one
+ * commit group per step). The A fragments take FR_RING x 2 x 4 registers:
+ * step kk's are loaded once step kk - FR_RING (the same registers) is done,
+ * while up to FR_RING - 1 steps run. The promotion after the stage waits for
+ * all: reading an accumulator while any wgmma runs makes ptxas serialise
+ * them (C7514). MXFP8: the k32 block's multipliers of
  * rows g, g + 8 of both blocks. */
 template <int FMT>
 __device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, int rs, int cs)
 {
     uint32_t row_g = ad.frag + rs * FR_RB_STAGE, act = ad.act + cs * FR_A_STAGE;
-    uint32_t a[2][2][4], m[2][2] = {{0u, 0u}, {0u, 0u}};
+    uint32_t a[FR_RING][2][4], m[2][2] = {{0u, 0u}, {0u, 0u}};
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
-        if (kk >= 2) wgmma_wait<1>();
+        if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
         if constexpr (FMT == RS_MXFP8) { /* reloaded every step: registers are at the limit */
             uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4;
             m[0][0] = fr_ld_u32(wm), m[0][1] = fr_ld_u32(wm + 32), m[1][0] = fr_ld_u32(wm + 256), m[1][1] = fr_ld_u32(wm + 288);
         }
-        fr_fragment<FMT>(a[kk & 1][0], row_g, ad.g7, kk, m[0]);
-        fr_fragment<FMT>(a[kk & 1][1], row_g + 64 * FR_BK, ad.g7, kk, m[1]); /* block 1: 64 rows on */
+        fr_fragment<FMT>(a[kk % FR_RING][0], row_g, ad.g7, kk, m[0]);
+        fr_fragment<FMT>(a[kk % FR_RING][1], row_g + 64 * FR_BK, ad.g7, kk, m[1]); /* block 1: 64 rows on */
         wgmma_fence();
         /* B: K half kk / 4 (8 KB on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * FR_BM * 128) + 2 * (kk % 4);
-        wgmma_m64n64k16_f16_rs(part[0], a[kk & 1][0], db, kk > 0 ? 1 : 0);
-        wgmma_m64n64k16_f16_rs(part[1], a[kk & 1][1], db, kk > 0 ? 1 : 0);
+        wgmma_m64n64k16_f16_rs(part[0], a[kk % FR_RING][0], db, kk > 0 ? 1 : 0);
+        wgmma_m64n64k16_f16_rs(part[1], a[kk % FR_RING][1], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -384,8 +405,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads();
     if (wg == 0) {
+        setmaxnreg_dec<FR_PRODUCER_REGS>();
         fr_produce<FMT>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
+        setmaxnreg_inc<FR_CONSUMER_REGS>();
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
         const fr_addr ad = fr_addr_of<FMT>(s, h, g8, q);
         float acc[2][32], part[2][32];
@@ -409,6 +433,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         fr_store_fragment(C, acc[1], 128 * h + 64, g8, q);
         wg_consumer_barrier();
         epilogue<FR_BM, FR_BN>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        setmaxnreg_dec<FR_LAUNCH_REGS>();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {

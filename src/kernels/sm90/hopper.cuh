@@ -56,6 +56,13 @@ __device__ __forceinline__ uint64_t smem_desc_u32(uint32_t shared_address)
 
 __device__ __forceinline__ uint64_t smem_desc(const void *p) { return smem_desc_u32(smem_u32(p)); }
 
+/* A warpgroup's registers per thread from here on (all 128 threads call it;
+ * multiples of 8). The pool is the launch's: a block of 384 threads at 168. */
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

@@ -53,6 +53,7 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
                  : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
                  : S::RS             ? fr_make_maps(g, rows_capacity, &ta, &tb)
                                      : ff_make_maps<S::WIDEN>(g, rows_capacity, &ta, &tb));
+    if (S::RS) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)S::SMEM);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));
