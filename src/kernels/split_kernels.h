@@ -38,9 +38,9 @@ extern "C" {
 
 /* The TMA + wgmma tiles a layer can run (both GEMMs: N % 256, K % 64 or 128):
  * bf16 the 128-row HGMMA tile (a knob choice: its bits equal mma.sync's);
- * FP8-BLOCK and MXFP8 the 64-row fp16 HGMMA register tile, FP8-BLOCK with
+ * FP8-BLOCK and MXFP8 the 128-row fp16 HGMMA register tile, FP8-BLOCK with
  * config.fp8_fast_accum the 64-row QGMMA tile, both at every T and on both
- * GPU backends (moe_ep_single_tile). */
+ * GPU backends (moe_ep_single_tile, moe_ep_single_tile_rows). */
 static inline int moe_ep_hgmma_fits(moe_ep_path_t path, int H, int I)
 {
     return path == MOE_EP_PATH_BF16 && H % 256 == 0 && I % 128 == 0;
@@ -52,8 +52,9 @@ static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast
 }
 
 /* The exact FP8 register tile (fp8_rs_tile.cuh: fp16 HGMMA, E4M3 widened
- * exactly): FP8-BLOCK, and MXFP8 with its power-of-two scales folded into
- * the fp16 operands. */
+ * exactly, 128 activation rows): FP8-BLOCK, and MXFP8 with its power-of-two
+ * scales folded into the fp16 operands. */
+#define MOE_EP_RS_TILE_ROWS 128
 static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
 {
     return (path == MOE_EP_PATH_FP8_BLOCK || path == MOE_EP_PATH_MXFP8) && H % 256 == 0 && I % 128 == 0;
@@ -70,7 +71,7 @@ static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
     return moe_ep_rs_tile_fits(path, H, I);
 }
 
-/* Layers whose GEMMs run one tile shape (64 rows) at every T, so that a row's
+/* Layers whose GEMMs run one tile shape at every T, so that a row's
  * bits never depend on the batch: the QGMMA tile (its bits differ from the
  * FP8 mma.sync's); FP8-BLOCK's register tile, whose bits equal the FP8
  * mma.sync tiles' on almost every input but not on all (test_tiles, seed
@@ -80,6 +81,12 @@ static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
 static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
     return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) || moe_ep_rs_tile_fits(path, H, I);
+}
+
+/* Their tile rows: 64 for the QGMMA tile, 128 for the register tile. */
+static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+{
+    return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) ? 64 : MOE_EP_RS_TILE_ROWS;
 }
 
 /* Device error word: kind in the top 8 bits, detail below. */

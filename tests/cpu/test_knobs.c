@@ -566,14 +566,14 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "w4a8 candidates: %d", n);
     moe_ep_layer_destroy(l);
     static const moe_ep_path_t one_tile[2] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8};
-    for (int i = 0; i < 2; i++) { /* with H % 256, I % 128: the register tile, 64, at every T */
+    for (int i = 0; i < 2; i++) { /* with H % 256, I % 128: the register tile, 128 rows, at every T */
         const char *name = moe_ep_path_name(one_tile[i]);
         l = ref_layer(g, one_tile[i], 256, NULL, 1);
         moe_ep_knobs_t x16 = MOE_EP_KNOBS_INIT;
         k = resolve(l, 1, 1, &src);
-        EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+        EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
         k = resolve(l, 256, 1, &src);
-        EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+        EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
         EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "%s candidates: %d", name, n);
         x16.gemm_tile_rows = 16;
         EXPECT(moe_ep_knobs_force(l, &x16) != MOE_EP_SUCCESS, "%s: 16-row knobs accepted", name);

@@ -1,28 +1,38 @@
-/* The FP8 register tile (FP8-BLOCK and MXFP8), for the split
- * backend's grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 64 x 256
- * output tile (64 activation rows, 256 weight rows) of one expert, 384
- * threads, the same arithmetic as f16_widen_tile's FP8 tile (E4M3 -> fp16 is
- * exact; fp16 HGMMA partial sums over one 128-wide K block, promoted with
- * acc = fmaf(part, s_x * s_w, acc)), with the operands' roles swapped:
+/* The FP8 register tile (FP8-BLOCK and MXFP8), for the split backend's
+ * grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 128 x 256 output tile
+ * (128 activation rows, 256 weight rows) of one expert, 384 threads. E4M3 ->
+ * fp16 is exact; fp16 HGMMA sums one 128-wide K block (part), promoted with
+ * acc = fmaf(part, s, acc), s = s_x * s_w of the block:
  *
  *   A (registers) = weights: each consumer thread loads its fragment bytes
  *     from the TMA-loaded raw E4M3 rows and widens them in registers
  *     (cvt.rn.f16x2.e4m3x2), so the weights never take an fp16 round trip
- *     through shared memory (the widening tile's bound: raw read, fp16
- *     write, wgmma read of 256 rows per K step);
- *   B (shared memory) = activations: the producer warpgroup widens the 64
- *     raw rows to fp16 in the wgmma layout, a quarter of the old work.
+ *     through shared memory;
+ *   B (shared memory) = activations: the producer warpgroup widens the 128
+ *     raw rows to fp16 in the wgmma layout.
  *
  * So the accumulators hold weight rows x activation rows; the epilogue
  * stores them transposed into the C tile and runs the shared epilogue.
  *
- * K steps of 128 (one scale block): raw ring of FR_RAW stages (A 64 x 128 B,
+ * Why 128 activation rows and m64n128k16: a weight fragment costs the same
+ * loads and conversions whatever N it multiplies, and per k16 step they take
+ * as long as an n64 wgmma (dev/wgmma_lab/rs_rate.cu on the H200: RS n64 with
+ * its fragments loaded and widened per step runs at 38 % of the fp16 rate,
+ * n128 at 65 %, n256 at 82 %; every shape fed from registers alone: 100 %).
+ * n256 would need 2 x 128 accumulators per thread.
+ *
+ * K steps of 128 (one scale block): raw ring of FR_RAW stages (A 128 x 128 B,
  * B 256 x 128 B, both 128-byte swizzled by TMA), fp16 ring of FR_CVT stages
- * (64 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0: thread 0
- * issues the TMA copies, all 128 threads widen A. Warpgroups 1 and 2 own
- * weight rows [128 h, 128 h + 128) (h = 0, 1: gate and up halves of a GEMM1
- * tile), as two m64 blocks; per stage: 2 x 8 x wgmma m64n64k16 (RS) into
- * part (2 x 32 fp32), then the promotion into acc (2 x 32 fp32).
+ * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
+ * producer, FR_PRODUCER_REGS registers): thread 0 issues the TMA copies, all
+ * 128 threads widen A and stage the scales. Warpgroups 1 and 2 (consumers,
+ * FR_CONSUMER_REGS registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
+ * the gate and up halves of a GEMM1 tile) as two m64 blocks, one after the
+ * other per stage: 8 x wgmma m64n128k16 (RS) into part (64 fp32), wait, then
+ * the promotion into acc[block] (2 x 64 fp32). Each block waits for all its
+ * wgmmas before promoting: reading an accumulator while any wgmma of the
+ * warpgroup runs makes ptxas serialise them all (C7514); the other consumer
+ * keeps the tensor cores busy meanwhile.
  *
  * MXFP8 (RS_MXFP8) runs the same loop: its UE8M0 scales are powers of two,
  * so within a 128-wide K block each 32-block's scale 2^b is split into the
@@ -42,20 +52,22 @@
 
 #include <cuda_fp16.h>
 
-#define FR_BM 64   /* activation rows */
+#define FR_BM 128  /* activation rows (the wgmma N) */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
-#define FR_RAW 4
-#define FR_CVT 2
+#define FR_RAW 2   /* raw stages: 48 KB each (shared memory: the C tile, 133 KB, reuses the rings) */
+#define FR_CVT 2   /* fp16 activation stages: 32 KB each */
 #define FR_THREADS 384
+#define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
- * 2 x 224 + 56 = 3 x 168. */
+ * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS 104
-#define FR_CONSUMER_REGS 200
-#define FR_RING 4 /* k16 steps whose A fragments are in registers at once */
+#define FR_PRODUCER_REGS 56
+#define FR_CONSUMER_REGS 224
+
+enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1 };
 
 /* The register moves assume the kernel runs at FR_LAUNCH_REGS (a consumer's
  * setmaxnreg.inc would wait forever for registers the pool does not hold):
@@ -71,16 +83,15 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
     return MOE_EP_SUCCESS;
 }
 
-enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1 };
-
 struct fr_smem {
-    __half a[FR_CVT][2][FR_BM * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, 16 KB per stage */
-    uint8_t ra[FR_RAW][FR_BM * FR_BK];  /* raw E4M3 activations, 8 KB per stage (128-byte swizzle) */
+    __half a[FR_CVT][2][FR_BM * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, 32 KB per stage */
+    uint8_t ra[FR_RAW][FR_BM * FR_BK];  /* raw E4M3 activations, 16 KB per stage (128-byte swizzle) */
     uint8_t rb[FR_RAW][FR_BN * FR_BK];  /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
     float sxw[FR_CVT][2][FR_BM];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                            rows); MXFP8: [cs][0] = 2^ref_x per activation row */
     float sw[FR_CVT][FR_BN];            /* MXFP8: 2^ref_w per weight row */
     uint32_t wm[FR_CVT][4][FR_BN];      /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2 */
+    uint32_t am[FR_CVT][4][FR_BM];      /* MXFP8: 2^-(ref_x - b) per k32 block and activation row */
     uint64_t raw_full[FR_RAW], raw_empty[FR_RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
     int64_t row0;                       /* the tile's place, for the epilogue: kept here, not in */
     int rows_valid, n0;                 /* registers across the K loop (the consumers need them all) */
@@ -88,15 +99,19 @@ struct fr_smem {
 
 #define FR_SMEM_BYTES (sizeof(fr_smem) + 1024)
 
-/* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
-__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+/* d[64] (+)= A (64 x 16 f16, registers a[4]) . B^T (128 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
@@ -116,6 +131,20 @@ __device__ __forceinline__ uint32_t fr_hmul2(uint32_t a, uint32_t b)
     uint32_t o;
     asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(o) : "r"(a), "r"(b));
     return o;
+}
+
+__device__ __forceinline__ uint32_t fr_ld_u32(uint32_t p)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float fr_ld_f32(uint32_t p)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(p) : "memory");
+    return v;
 }
 
 /* The A fragment of k16 step kk from a raw weight stage (128-byte rows,
@@ -147,13 +176,14 @@ __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
     return h | h << 16;
 }
 
-/* Raw activation stage (64 rows x 128 E4M3, 128-byte swizzle) -> fp16 in the
- * wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
+/* Raw activation stage (128 rows x 128 E4M3, 128-byte swizzle) -> fp16 in
+ * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
  * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
- * MXFP8: times m[i] (f16x2). */
+ * MXFP8: times the row's multiplier of k32 block j / 2 (am: the stage's
+ * [4][FR_BM] table, shared address). */
 template <int FMT>
-__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, const uint32_t *m)
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, uint32_t am)
 {
 #pragma unroll
     for (int i = 0; i < FR_BM * 8 / 128; i++) {
@@ -161,96 +191,82 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
         if constexpr (FMT == RS_MXFP8) {
-            lo.x = fr_hmul2(lo.x, m[i]), lo.y = fr_hmul2(lo.y, m[i]), lo.z = fr_hmul2(lo.z, m[i]), lo.w = fr_hmul2(lo.w, m[i]);
-            hi.x = fr_hmul2(hi.x, m[i]), hi.y = fr_hmul2(hi.y, m[i]), hi.z = fr_hmul2(hi.z, m[i]), hi.w = fr_hmul2(hi.w, m[i]);
+            uint32_t m = fr_ld_u32(am + ((j / 2) * FR_BM + r) * 4);
+            lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
+            hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
         }
         ff_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
         ff_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
     }
 }
 
-/* MXFP8, producer thread t: the scale words of stage cv, read a stage ahead
- * (from L2; the rows come by TMA): wa[i] of activation row
- * t / 8 + 16 i (0 past the valid rows: their scale rows may lie past the
- * buffer), ww[i] of weight row t + 128 i. */
-struct fr_mx_words {
-    uint32_t wa[FR_BM * 8 / 128], ww[2];
-};
-
-__device__ __forceinline__ fr_mx_words fr_mx_load(const gemm_args &g, int64_t row0, int rows_valid, int64_t b_row,
-                                                  int cv, int t)
-{
-    const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
-    fr_mx_words w;
-#pragma unroll
-    for (int i = 0; i < FR_BM * 8 / 128; i++) {
-        int r = t / 8 + 16 * i;
-        w.wa[i] = r < rows_valid ? __ldcg((const uint32_t *)(g.a_scales + (row0 + r) * g.a_scale_stride) + cv) : 0u;
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) w.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
-    return w;
-}
-
-/* Then, once stage cs is free: the activation multipliers of the thread's
- * four chunks (m[i]; 0 past the valid rows), 2^ref_x of its rows (from
- * t % 8 == 0), 2^ref_w and the four k32 multipliers of weight rows t, t + 128. */
-__device__ __forceinline__ void fr_mx_store(fr_smem &s, const fr_mx_words &w, int rows_valid, int cs, int t, uint32_t *m)
-{
-#pragma unroll
-    for (int i = 0; i < FR_BM * 8 / 128; i++) {
-        int r = t / 8 + 16 * i;
-        uint32_t ref = fr_mx_ref(w.wa[i]);
-        m[i] = r < rows_valid ? fr_mx_mult(ref, (w.wa[i] >> (8 * ((t % 8) / 2))) & 0xFF) : 0u;
-        if (t % 8 == 0) s.sxw[cs][0][r] = r < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        uint32_t ref = fr_mx_ref(w.ww[i]);
-        int n = t + 128 * i;
-        s.sw[cs][n] = moe_ep_ue8m0_to_f32((uint8_t)ref);
-#pragma unroll
-        for (int j = 0; j < 4; j++) s.wm[cs][j][n] = fr_mx_mult(ref, (w.ww[i] >> (8 * j)) & 0xFF);
-    }
-}
-
-/* Producer thread t's scales of stage cv: MXFP8 the words of fr_mx_load;
- * FP8-BLOCK row t's s_x * s_w for consumers 0, 1 (fp32 per 128 x 128; 0 past
- * the valid rows). */
+/* Producer thread t's scale words of stage cv, loaded a stage ahead (from
+ * L2; the rows come by TMA): MXFP8 the UE8M0 words of activation row t
+ * (0 past the valid rows: their scale rows may lie past the buffer) and of
+ * weight rows t, t + 128; FP8-BLOCK row t's s_x * s_w for consumers 0, 1
+ * (fp32 per 128 x 128; 0 past the valid rows). */
 struct fr_stage_scales {
-    fr_mx_words w;
+    uint32_t wa, ww[2];
     float p0, p1;
 };
 
 template <int FMT>
 __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, int64_t row0, int rows_valid,
-                                                          int64_t b_row, const float *sw0, const float *sw1, int cv,
-                                                          int t)
+                                                          int64_t b_row, int cv, int t)
 {
+    const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
     fr_stage_scales r = {};
     if constexpr (FMT == RS_MXFP8) {
-        r.w = fr_mx_load(g, row0, rows_valid, b_row, cv, t);
-    } else if (t < FR_BM && t < rows_valid) {
+        if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+#pragma unroll
+        for (int i = 0; i < 2; i++) r.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
+    } else if (t < rows_valid) {
         float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
-        r.p0 = sx * __ldcg(sw0 + cv), r.p1 = sx * __ldcg(sw1 + cv);
+        r.p0 = sx * __ldcg((const float *)(g.b_scales + b_row * b_sb) + cv);
+        r.p1 = sx * __ldcg((const float *)(g.b_scales + (b_row + 128) * b_sb) + cv);
     }
     return r;
 }
 
-/* Warpgroup 0: TMA of the raw stages (thread 0), widening of A and the
- * stage's scales (FP8-BLOCK: s_x * s_w of both consumers; MXFP8: fr_mx_store)
- * by all 128 threads. */
+/* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
+ * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
+ * rows), 2^ref_w and the multipliers of weight rows t, t + 128. */
+template <int FMT>
+__device__ __forceinline__ void fr_store_scales(fr_smem &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
+{
+    if constexpr (FMT == RS_MXFP8) {
+        uint32_t ref = fr_mx_ref(w.wa);
+        s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) s.am[cs][j][t] = t < rows_valid ? fr_mx_mult(ref, (w.wa >> (8 * j)) & 0xFF) : 0u;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint32_t rw = fr_mx_ref(w.ww[i]);
+            int n = t + 128 * i;
+            s.sw[cs][n] = moe_ep_ue8m0_to_f32((uint8_t)rw);
+#pragma unroll
+            for (int j = 0; j < 4; j++) s.wm[cs][j][n] = fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
+        }
+    } else {
+        s.sxw[cs][0][t] = w.p0, s.sxw[cs][1][t] = w.p1;
+    }
+}
+
+/* The producer warpgroup's own barrier (id 2; 1 is the consumers'). */
+__device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
+
+/* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
+ * widening of A by all 128 threads. */
 template <int FMT>
 __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
                                            int n_k, int t)
 {
-    const int64_t b_row = (int64_t)e * g.N + n0, b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
-    const float *sw0 = (const float *)(g.b_scales + b_row * b_sb), *sw1 = (const float *)(g.b_scales + (b_row + 128) * b_sb);
+    const int64_t b_row = (int64_t)e * g.N + n0;
     if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
-    fr_stage_scales next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, sw0, sw1, 0, t);
+    fr_stage_scales next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, 0, t);
     for (int kt = 0; kt < n_k + FR_RAW - 1; kt++) {
         if (t == 0 && kt < n_k) { /* raw stage kt: FR_RAW - 1 ahead of the one widened */
             int st = kt % FR_RAW;
@@ -263,13 +279,12 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
         if (cv < 0) continue;
         int rs = cv % FR_RAW, cs = cv % FR_CVT;
         const fr_stage_scales cur = next;
-        if (cv + 1 < n_k) next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, sw0, sw1, cv + 1, t);
+        if (cv + 1 < n_k) next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, cv + 1, t);
         mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
         mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
-        uint32_t m[FR_BM * 8 / 128];
-        if constexpr (FMT == RS_MXFP8) fr_mx_store(s, cur.w, rows_valid, cs, t, m);
-        else if (t < FR_BM) s.sxw[cs][0][t] = cur.p0, s.sxw[cs][1][t] = cur.p1;
-        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, m);
+        fr_store_scales<FMT>(s, cur, rows_valid, cs, t);
+        if constexpr (FMT == RS_MXFP8) fr_producer_barrier(); /* the widening reads other rows' multipliers */
+        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_full[cs]);
@@ -304,47 +319,28 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, in
     return a;
 }
 
-__device__ __forceinline__ uint32_t fr_ld_u32(uint32_t p)
+/* m64 block B of the consumer on stage (rs, cs): part = the block's 128-K
+ * sum, 8 k16 steps of wgmma m64n128k16 (one commit group each). Step kk's A
+ * fragments are loaded once step kk - FR_RING (the same registers) is done,
+ * while up to FR_RING - 1 steps run; then every step is waited for (the
+ * caller promotes part). MXFP8: the k32 block's multipliers of rows g, g + 8. */
+template <int FMT, int B>
+__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ float fr_ld_f32(uint32_t p)
-{
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(p) : "memory");
-    return v;
-}
-
-/* Both m64 blocks of the consumer on stage (rs, cs): part[mb] = block mb's
- * 128-K sum, 8 k16 steps each, the two blocks' steps interleaved (one
- * commit group per step). The A fragments take FR_RING x 2 x 4 registers:
- * step kk's are loaded once step kk - FR_RING (the same registers) is done,
- * while up to FR_RING - 1 steps run. The promotion after the stage waits for
- * all: reading an accumulator while any wgmma runs makes ptxas serialise
- * them (C7514). MXFP8: the k32 block's multipliers of
- * rows g, g + 8 of both blocks. */
-template <int FMT>
-__device__ __forceinline__ void fr_stage(float (*part)[32], const fr_addr &ad, int rs, int cs)
-{
-    uint32_t row_g = ad.frag + rs * FR_RB_STAGE, act = ad.act + cs * FR_A_STAGE;
-    uint32_t a[FR_RING][2][4], m[2][2] = {{0u, 0u}, {0u, 0u}};
+    uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_BK, act = ad.act + cs * FR_A_STAGE;
+    uint32_t a[FR_RING][4], m[2] = {0u, 0u};
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
-        if constexpr (FMT == RS_MXFP8) { /* reloaded every step: registers are at the limit */
-            uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4;
-            m[0][0] = fr_ld_u32(wm), m[0][1] = fr_ld_u32(wm + 32), m[1][0] = fr_ld_u32(wm + 256), m[1][1] = fr_ld_u32(wm + 288);
+        if (FMT == RS_MXFP8 && kk % 2 == 0) {
+            uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
+            m[0] = fr_ld_u32(wm), m[1] = fr_ld_u32(wm + 32);
         }
-        fr_fragment<FMT>(a[kk % FR_RING][0], row_g, ad.g7, kk, m[0]);
-        fr_fragment<FMT>(a[kk % FR_RING][1], row_g + 64 * FR_BK, ad.g7, kk, m[1]); /* block 1: 64 rows on */
+        fr_fragment<FMT>(a[kk % FR_RING], row_g, ad.g7, kk, m);
         wgmma_fence();
-        /* B: K half kk / 4 (8 KB on), +32 bytes (2 x 16 B) per k16 step within it */
+        /* B: K half kk / 4 (16 KB on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * FR_BM * 128) + 2 * (kk % 4);
-        wgmma_m64n64k16_f16_rs(part[0], a[kk % FR_RING][0], db, kk > 0 ? 1 : 0);
-        wgmma_m64n64k16_f16_rs(part[1], a[kk % FR_RING][1], db, kk > 0 ? 1 : 0);
+        wgmma_m64n128k16_f16_rs(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -359,7 +355,7 @@ __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32
     float wg = 1.0f, wg8 = 1.0f;
     if constexpr (FMT == RS_MXFP8) wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < FR_BM / 8; j++) {
         float s0, s1;
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
         if constexpr (FMT == RS_MXFP8) {
@@ -376,12 +372,12 @@ __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32
     }
 }
 
-/* The fragments (weight rows g, g + 8 of block mb; activation columns 8 j +
- * 2 q, +1) transposed into C[activation row][column]. */
+/* The fragments (weight rows g, g + 8 of a block at column c0; activation
+ * columns 8 j + 2 q, +1) transposed into C[activation row][column]. */
 __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const float *acc, int c0, int g, int q)
 {
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < FR_BM / 8; j++) {
         int r = 8 * j + 2 * q;
         C[r][c0 + g] = acc[4 * j], C[r + 1][c0 + g] = acc[4 * j + 1];
         C[r][c0 + g + 8] = acc[4 * j + 2], C[r + 1][c0 + g + 8] = acc[4 * j + 3];
@@ -389,12 +385,13 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
 }
 
 /* Every thread of a 384-thread block calls it; ta / tb: raw maps with boxes of
- * 64 x 128 and 256 x 128 bytes (128-byte swizzle). Ends with the block
+ * 128 x 128 and 256 x 128 bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
 template <int FMT>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
+    static_assert(sizeof(float) * FR_BM * (FR_BN + 4) <= offsetof(fr_smem, sxw), "the C tile overlaps the scales");
     fr_smem &s = *(fr_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
@@ -412,17 +409,18 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         setmaxnreg_inc<FR_CONSUMER_REGS>();
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
         const fr_addr ad = fr_addr_of<FMT>(s, h, g8, q);
-        float acc[2][32], part[2][32];
+        float acc[2][64], part[64];
 #pragma unroll
-        for (int i = 0; i < 32; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
+        for (int i = 0; i < 64; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
 #pragma unroll 1
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
             int rs = kt % FR_RAW, cs = kt % FR_CVT;
             mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
-            fr_stage<FMT>(part, ad, rs, cs);
-            fr_promote<FMT>(acc[0], part[0], ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE);
-            fr_promote<FMT>(acc[1], part[1], ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE + 256);
+            fr_block<FMT, 0>(part, ad, rs, cs);
+            fr_promote<FMT>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE);
+            fr_block<FMT, 1>(part, ad, rs, cs);
+            fr_promote<FMT>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE + 256);
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }

@@ -3,7 +3,7 @@
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
  * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), the
  * exact FP8 tile of FP8-BLOCK and MXFP8 (fp16 HGMMA with the weights in
- * registers, 64 x 256, fp8_rs_tile.cuh) or, in the experiment build, the
+ * registers, 128 x 256, fp8_rs_tile.cuh) or, in the experiment build, the
  * fp16 widening tile of NVFP4 and W4A8 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
 #include "kernels/sm90/f16_widen_tile.cuh"
 #include "kernels/sm90/fp8_rs_tile.cuh"
@@ -16,7 +16,7 @@ template <int KIND>
 struct tile_shape {
     static constexpr bool RS = KIND >= KIND_RS, WIDE = KIND >= TILE_WIDEN && !RS;
     static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, RS_FMT = RS ? KIND - KIND_RS : 0;
-    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : 64, BN = 256;
+    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? FR_BM : 64, BN = 256;
     static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES
                                    : RS                ? FR_SMEM_BYTES
                                                        : FF_SMEM_BYTES;
