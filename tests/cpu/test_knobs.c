@@ -607,9 +607,14 @@ static void test_layer_api(moe_ep_group_t g)
     }
     /* 128 (the wgmma tile): bf16 with hidden % 256 == 0 and intermediate % 128 == 0 only */
     k = (moe_ep_knobs_t)MOE_EP_KNOBS_INIT;
-    k.gemm_tile_rows = 128, c.hidden = 256, c.path = MOE_EP_PATH_MXFP8;
-    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on mxfp8");
-    c.path = MOE_EP_PATH_BF16;
+    k.gemm_tile_rows = 128, c.hidden = 256, c.path = MOE_EP_PATH_W4A8;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on w4a8");
+    c.path = MOE_EP_PATH_MXFP8; /* mxfp8 (and fp8_block): 128, their register tile, only */
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on mxfp8: %s", moe_ep_last_error());
+    moe_ep_layer_destroy(l);
+    k.gemm_tile_rows = 64;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "64 rows on mxfp8");
+    k.gemm_tile_rows = 128, c.path = MOE_EP_PATH_BF16;
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on bf16: %s", moe_ep_last_error());
     moe_ep_layer_destroy(l);
     l = (moe_ep_layer_t)0x1, c.hidden = 128;
