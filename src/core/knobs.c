@@ -19,14 +19,14 @@ static int tile_ok(int v) { return v == 16 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
 /* The tile rows a layer of this config can run: FP8-BLOCK and MXFP8 with the
- * wgmma tiles' shapes only one (FP8-BLOCK's QGMMA tile with fp8_fast_accum,
- * 64, else the fp16 HGMMA register tile, 128, at every T:
- * moe_ep_single_tile); bf16 with the HGMMA tile's shapes 16, 64 or 128; else
- * 16, 64. */
+ * wgmma tiles' shapes only one tile kind (FP8-BLOCK's QGMMA tile with
+ * fp8_fast_accum, 64, else the fp16 HGMMA register tile, 64 or 128, at every
+ * T: moe_ep_single_tile); bf16 with the HGMMA tile's shapes 16, 64 or 128;
+ * else 16, 64. */
 static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
     if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum))
-        return v == moe_ep_single_tile_rows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum);
+        return moe_ep_single_tile_allows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum, v);
     if (v == 128) return moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate);
     return v == 16 || v == 64;
 }
@@ -48,7 +48,7 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
                    "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16; "
-                   "fp8_block and mxfp8 only 128 (their register tile; 64 with fp8_fast_accum), when hidden %% 256 == 0 "
+                   "fp8_block and mxfp8 only 64 or 128 (their register tile; 64 with fp8_fast_accum), when hidden %% 256 == 0 "
                    "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
                    k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
@@ -67,8 +67,9 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 
 /* GEMM tile rows for this forward. Layers whose shapes allow a TMA + wgmma
  * tile run it at every T: FP8-BLOCK the 64-row QGMMA tile with
- * fp8_fast_accum, else the exact 128-row fp16 HGMMA register tile, as MXFP8
- * (the only tile either may run: moe_ep_single_tile); bf16
+ * fp8_fast_accum, else the exact fp16 HGMMA register tile, as MXFP8 (the
+ * only tile kind either may run: moe_ep_single_tile), 64 or 128 rows
+ * (moe_ep_single_tile_rows); bf16
  * the 128-row HGMMA tile (measured on the EP8 slices, T = 8 .. 512: 1.25-3.4x
  * faster than the best mma.sync tile even when mostly empty: its TMA ring
  * streams the weights at close to the copy bandwidth). Otherwise 16 when
@@ -82,7 +83,8 @@ static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     const moe_ep_layer_config_t *c = &l->cfg;
     if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum))
-        return make_knobs(moe_ep_single_tile_rows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum), 0);
+        return make_knobs(moe_ep_single_tile_rows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum, rows,
+                                                  l->num_local_experts), 0);
     if (moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate)) return make_knobs(128, 0);
     if (moe_ep_f16_widen_fits(c->path, c->hidden, c->intermediate)) /* 64: the fp16 HGMMA tile (experiment build) */
         return make_knobs(rows <= 4 * (int64_t)l->num_local_experts ? 16 : 64, 0);

@@ -286,7 +286,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_RS(MODE))
-        fp8_rs_tile<RS_FMT_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+        fp8_rs_tile<RS_FMT_OF(MODE), BM>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_WIDEN(MODE))
         f16_widen_tile<WIDEN_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e,
                                        row0, rows_valid, n0);
@@ -650,8 +650,8 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
         MOE_EP_CHECK(qg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(qg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
     } else if (MODE_RS(MODE)) {
-        MOE_EP_CHECK(fr_make_maps(p.g1, rows, &p.ta1, &p.tb1));
-        MOE_EP_CHECK(fr_make_maps(p.g2, rows, &p.ta2, &p.tb2));
+        MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
+        MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));
     } else if (MODE_WIDEN(MODE)) {
         MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g2, rows, &p.ta2, &p.tb2));
@@ -665,8 +665,8 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
  * spill here (see the tile rows note above); tile_rows 128 with bf16: the TMA
  * + HGMMA tile (384 threads); FP8-BLOCK layers with fp8_fast_accum: the QGMMA
  * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK and
- * MXFP8 where their shapes allow: the exact fp16 HGMMA register tile (64
- * rows, 384 threads; tile_rows is then always 64). */
+ * MXFP8 where their shapes allow: the exact fp16 HGMMA register tile (128 or
+ * 64 rows, 384 threads; tile_rows is then one of those). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     bool small = a->d.tile_rows == 16;
@@ -676,14 +676,16 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
                : a->d.tile_rows == 128 ? launch<WG_BM, MODE_WGMMA, 0>(a, s)
                                        : launch<32, MODE_BF16, 0>(a, s);
     case MOE_EP_FORMAT_MXFP8:
-        if (!small && moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) return launch<FR_BM, MODE_MX_RS, 32>(a, s);
+        if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
+            return a->d.tile_rows == 64 ? launch<64, MODE_MX_RS, 32>(a, s) : launch<FR_BM, MODE_MX_RS, 32>(a, s);
 #ifdef MOE_EP_WIDEN_EXPERIMENT /* W4A8's large tile on fp16 HGMMA */
         if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_WIDEN0 + WIDEN_W4A8, 32>(a, s);
 #endif
         return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
-        if (!small && moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) return launch<FR_BM, MODE_FP8_RS, 128>(a, s);
+        if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
+            return a->d.tile_rows == 64 ? launch<64, MODE_FP8_RS, 128>(a, s) : launch<FR_BM, MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
 #ifdef MOE_EP_WIDEN_EXPERIMENT /* NVFP4's large tile on fp16 HGMMA */

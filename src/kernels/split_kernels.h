@@ -71,7 +71,7 @@ static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
     return moe_ep_rs_tile_fits(path, H, I);
 }
 
-/* Layers whose GEMMs run one tile shape at every T, so that a row's
+/* Layers whose GEMMs run one tile kind at every T, so that a row's
  * bits never depend on the batch: the QGMMA tile (its bits differ from the
  * FP8 mma.sync's); FP8-BLOCK's register tile, whose bits equal the FP8
  * mma.sync tiles' on almost every input but not on all (test_tiles, seed
@@ -83,10 +83,21 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
     return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) || moe_ep_rs_tile_fits(path, H, I);
 }
 
-/* Their tile rows: 64 for the QGMMA tile, 128 for the register tile. */
-static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+/* Their tile rows for a forward of `rows` rows over E local experts: 64 for
+ * the QGMMA tile; the register tile 64 while experts get at most 32 rows on
+ * average (decode: its 128-row instance spends twice the tensor time on
+ * padding per weight byte), else 128 (its fragment work per MAC halves). */
+static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, long long rows, int E)
 {
-    return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) ? 64 : MOE_EP_RS_TILE_ROWS;
+    if (moe_ep_qgmma_on(path, H, I, fp8_fast_accum)) return 64;
+    return rows <= 32LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
+}
+
+/* Tile rows a single-tile layer accepts as knobs. */
+static inline int moe_ep_single_tile_allows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, int v)
+{
+    if (moe_ep_qgmma_on(path, H, I, fp8_fast_accum)) return v == 64;
+    return v == 64 || v == MOE_EP_RS_TILE_ROWS;
 }
 
 /* Device error word: kind in the top 8 bits, detail below. */

@@ -566,13 +566,15 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "w4a8 candidates: %d", n);
     moe_ep_layer_destroy(l);
     static const moe_ep_path_t one_tile[2] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8};
-    for (int i = 0; i < 2; i++) { /* with H % 256, I % 128: the register tile, 128 rows, at every T */
-        const char *name = moe_ep_path_name(one_tile[i]);
+    for (int i = 0; i < 2; i++) { /* with H % 256, I % 128: the register tile at every T, 64 rows while */
+        const char *name = moe_ep_path_name(one_tile[i]); /* experts get <= 32 rows on average, else 128 */
         l = ref_layer(g, one_tile[i], 256, NULL, 1);
         moe_ep_knobs_t x16 = MOE_EP_KNOBS_INIT;
         k = resolve(l, 1, 1, &src);
-        EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
-        k = resolve(l, 256, 1, &src);
+        EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+        k = resolve(l, 64, 1, &src); /* 256 rows over 8 experts */
+        EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
+        k = resolve(l, 65, 1, &src);
         EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
         EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "%s candidates: %d", name, n);
         x16.gemm_tile_rows = 16;
@@ -609,11 +611,11 @@ static void test_layer_api(moe_ep_group_t g)
     k = (moe_ep_knobs_t)MOE_EP_KNOBS_INIT;
     k.gemm_tile_rows = 128, c.hidden = 256, c.path = MOE_EP_PATH_W4A8;
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on w4a8");
-    c.path = MOE_EP_PATH_MXFP8; /* mxfp8 (and fp8_block): 128, their register tile, only */
+    c.path = MOE_EP_PATH_MXFP8; /* mxfp8 (and fp8_block): their register tile, 64 or 128 rows, only */
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on mxfp8: %s", moe_ep_last_error());
     moe_ep_layer_destroy(l);
-    k.gemm_tile_rows = 64;
-    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "64 rows on mxfp8");
+    k.gemm_tile_rows = 16;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "16 rows on mxfp8");
     k.gemm_tile_rows = 128, c.path = MOE_EP_PATH_BF16;
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on bf16: %s", moe_ep_last_error());
     moe_ep_layer_destroy(l);

@@ -24,9 +24,9 @@
  * K steps of 128 (one scale block): raw ring of FR_RAW stages (A 128 x 128 B,
  * B 256 x 128 B, both 128-byte swizzled by TMA), fp16 ring of FR_CVT stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
- * producer, FR_PRODUCER_REGS registers): thread 0 issues the TMA copies, all
+ * producer, FR_PRODUCER_REGS(BMA) registers): thread 0 issues the TMA copies, all
  * 128 threads widen A and stage the scales. Warpgroups 1 and 2 (consumers,
- * FR_CONSUMER_REGS registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
+ * FR_CONSUMER_REGS(BMA) registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
  * the gate and up halves of a GEMM1 tile) as two m64 blocks, one after the
  * other per stage: 8 x wgmma m64n128k16 (RS) into part (64 fp32), wait, then
  * the promotion into acc[block] (2 x 64 fp32). Each block waits for all its
@@ -52,7 +52,7 @@
 
 #include <cuda_fp16.h>
 
-#define FR_BM 128  /* activation rows (the wgmma N) */
+#define FR_BM 128  /* activation rows (the wgmma N): 128, or 64 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
 #define FR_RAW 2   /* raw stages: 48 KB each (shared memory: the C tile, 133 KB, reuses the rings) */
@@ -64,8 +64,8 @@
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
  * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS 56
-#define FR_CONSUMER_REGS 224
+#define FR_PRODUCER_REGS(BMA) ((BMA) == 128 ? 56 : 104)
+#define FR_CONSUMER_REGS(BMA) ((BMA) == 128 ? 224 : 200)
 
 enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1 };
 
@@ -99,6 +99,18 @@ struct fr_smem {
 
 #define FR_SMEM_BYTES (sizeof(fr_smem) + 1024)
 
+/* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 /* d[64] (+)= A (64 x 16 f16, registers a[4]) . B^T (128 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
@@ -113,6 +125,14 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float *d, const uint32_t
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+/* The tile's wgmma: N = BMA activation rows. */
+template <int BMA>
+__device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    if constexpr (BMA == 128) wgmma_m64n128k16_f16_rs(d, a, db, scale_d);
+    else wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
 }
 
 /* Two E4M3 bytes at shared address p -> f16x2 (low byte -> low half). */
@@ -176,17 +196,17 @@ __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
     return h | h << 16;
 }
 
-/* Raw activation stage (128 rows x 128 E4M3, 128-byte swizzle) -> fp16 in
+/* Raw activation stage (BMA rows x 128 E4M3, 128-byte swizzle) -> fp16 in
  * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
  * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
  * MXFP8: times the row's multiplier of k32 block j / 2 (am: the stage's
  * [4][FR_BM] table, shared address). */
-template <int FMT>
+template <int FMT, int BMA>
 __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, uint32_t am)
 {
 #pragma unroll
-    for (int i = 0; i < FR_BM * 8 / 128; i++) {
+    for (int i = 0; i < BMA * 8 / 128; i++) {
         int r = t / 8 + 16 * i, j = t % 8;
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
@@ -210,10 +230,11 @@ struct fr_stage_scales {
     float p0, p1;
 };
 
-template <int FMT>
+template <int FMT, int BMA>
 __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, int64_t row0, int rows_valid,
                                                           int64_t b_row, int cv, int t)
 {
+    rows_valid = min(rows_valid, BMA); /* activation row t only while t < BMA */
     const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
     fr_stage_scales r = {};
     if constexpr (FMT == RS_MXFP8) {
@@ -231,14 +252,16 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 /* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
  * rows), 2^ref_w and the multipliers of weight rows t, t + 128. */
-template <int FMT>
+template <int FMT, int BMA>
 __device__ __forceinline__ void fr_store_scales(fr_smem &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
     if constexpr (FMT == RS_MXFP8) {
-        uint32_t ref = fr_mx_ref(w.wa);
-        s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
+        if (t < BMA) {
+            uint32_t ref = fr_mx_ref(w.wa);
+            s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) s.am[cs][j][t] = t < rows_valid ? fr_mx_mult(ref, (w.wa >> (8 * j)) & 0xFF) : 0u;
+            for (int j = 0; j < 4; j++) s.am[cs][j][t] = t < rows_valid ? fr_mx_mult(ref, (w.wa >> (8 * j)) & 0xFF) : 0u;
+        }
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             uint32_t rw = fr_mx_ref(w.ww[i]);
@@ -247,7 +270,7 @@ __device__ __forceinline__ void fr_store_scales(fr_smem &s, const fr_stage_scale
 #pragma unroll
             for (int j = 0; j < 4; j++) s.wm[cs][j][n] = fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
         }
-    } else {
+    } else if (t < BMA) {
         s.sxw[cs][0][t] = w.p0, s.sxw[cs][1][t] = w.p1;
     }
 }
@@ -257,7 +280,7 @@ __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2
 
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
  * widening of A by all 128 threads. */
-template <int FMT>
+template <int FMT, int BMA>
 __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
                                            int n_k, int t)
@@ -266,12 +289,12 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
     if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
-    fr_stage_scales next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, 0, t);
+    fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
     for (int kt = 0; kt < n_k + FR_RAW - 1; kt++) {
         if (t == 0 && kt < n_k) { /* raw stage kt: FR_RAW - 1 ahead of the one widened */
             int st = kt % FR_RAW;
             mbar_wait(&s.raw_empty[st], ((kt / FR_RAW) & 1) ^ 1);
-            mbar_expect_tx(&s.raw_full[st], (FR_BM + FR_BN) * FR_BK);
+            mbar_expect_tx(&s.raw_full[st], (BMA + FR_BN) * FR_BK);
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_BK, (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_BK, (int)b_row);
         }
@@ -279,12 +302,12 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
         if (cv < 0) continue;
         int rs = cv % FR_RAW, cs = cv % FR_CVT;
         const fr_stage_scales cur = next;
-        if (cv + 1 < n_k) next = fr_load_scales<FMT>(g, row0, rows_valid, b_row, cv + 1, t);
+        if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
         mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
         mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
-        fr_store_scales<FMT>(s, cur, rows_valid, cs, t);
+        fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
         if constexpr (FMT == RS_MXFP8) fr_producer_barrier(); /* the widening reads other rows' multipliers */
-        fr_widen_rows<FMT>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
+        fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_full[cs]);
@@ -320,11 +343,11 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, in
 }
 
 /* m64 block B of the consumer on stage (rs, cs): part = the block's 128-K
- * sum, 8 k16 steps of wgmma m64n128k16 (one commit group each). Step kk's A
+ * sum, 8 k16 steps of wgmma m64nBMAk16 (one commit group each). Step kk's A
  * fragments are loaded once step kk - FR_RING (the same registers) is done,
  * while up to FR_RING - 1 steps run; then every step is waited for (the
  * caller promotes part). MXFP8: the k32 block's multipliers of rows g, g + 8. */
-template <int FMT, int B>
+template <int FMT, int BMA, int B>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
     uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_BK, act = ad.act + cs * FR_A_STAGE;
@@ -340,7 +363,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         wgmma_fence();
         /* B: K half kk / 4 (16 KB on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * FR_BM * 128) + 2 * (kk % 4);
-        wgmma_m64n128k16_f16_rs(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
+        fr_wgmma<BMA>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -349,13 +372,13 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
 /* acc += part * s, s of the fragment's activation columns 8 j + 2 q, +1 (the
  * pair at shared address sxw + 32 j): FP8-BLOCK s_x * s_w; MXFP8 2^ref_x
  * times 2^ref_w of rows g, g + 8 (at sw, sw + 32). */
-template <int FMT>
+template <int FMT, int BMA>
 __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw, uint32_t sw)
 {
     float wg = 1.0f, wg8 = 1.0f;
     if constexpr (FMT == RS_MXFP8) wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
 #pragma unroll
-    for (int j = 0; j < FR_BM / 8; j++) {
+    for (int j = 0; j < BMA / 8; j++) {
         float s0, s1;
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
         if constexpr (FMT == RS_MXFP8) {
@@ -374,20 +397,23 @@ __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32
 
 /* The fragments (weight rows g, g + 8 of a block at column c0; activation
  * columns 8 j + 2 q, +1) transposed into C[activation row][column]. */
+template <int BMA>
 __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const float *acc, int c0, int g, int q)
 {
 #pragma unroll
-    for (int j = 0; j < FR_BM / 8; j++) {
+    for (int j = 0; j < BMA / 8; j++) {
         int r = 8 * j + 2 * q;
         C[r][c0 + g] = acc[4 * j], C[r + 1][c0 + g] = acc[4 * j + 1];
         C[r][c0 + g + 8] = acc[4 * j + 2], C[r + 1][c0 + g + 8] = acc[4 * j + 3];
     }
 }
 
-/* Every thread of a 384-thread block calls it; ta / tb: raw maps with boxes of
- * 128 x 128 and 256 x 128 bytes (128-byte swizzle). Ends with the block
+/* Every thread of a 384-thread block calls it; BMA = 128 or 64 activation
+ * rows (the same sums, bit for bit: each output element is one m64nNk16
+ * chain whatever N); ta / tb: raw maps with boxes of BMA x 128 and 256 x 128
+ * bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
-template <int FMT>
+template <int FMT, int BMA>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
@@ -402,35 +428,35 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads();
     if (wg == 0) {
-        setmaxnreg_dec<FR_PRODUCER_REGS>();
-        fr_produce<FMT>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        setmaxnreg_dec<FR_PRODUCER_REGS(BMA)>();
+        fr_produce<FMT, BMA>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
         setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
-        setmaxnreg_inc<FR_CONSUMER_REGS>();
+        setmaxnreg_inc<FR_CONSUMER_REGS(BMA)>();
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
         const fr_addr ad = fr_addr_of<FMT>(s, h, g8, q);
-        float acc[2][64], part[64];
+        float acc[2][BMA / 2], part[BMA / 2];
 #pragma unroll
-        for (int i = 0; i < 64; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
+        for (int i = 0; i < BMA / 2; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
 #pragma unroll 1
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
             int rs = kt % FR_RAW, cs = kt % FR_CVT;
             mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
-            fr_block<FMT, 0>(part, ad, rs, cs);
-            fr_promote<FMT>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE);
-            fr_block<FMT, 1>(part, ad, rs, cs);
-            fr_promote<FMT>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE + 256);
+            fr_block<FMT, BMA, 0>(part, ad, rs, cs);
+            fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE);
+            fr_block<FMT, BMA, 1>(part, ad, rs, cs);
+            fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE + 256);
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
         float(*C)[FR_BN + 4] = (float(*)[FR_BN + 4])(void *)&s;
         h = threadIdx.x / 128 - 1, lane = threadIdx.x % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
-        fr_store_fragment(C, acc[0], 128 * h, g8, q);
-        fr_store_fragment(C, acc[1], 128 * h + 64, g8, q);
+        fr_store_fragment<BMA>(C, acc[0], 128 * h, g8, q);
+        fr_store_fragment<BMA>(C, acc[1], 128 * h + 64, g8, q);
         wg_consumer_barrier();
-        epilogue<FR_BM, FR_BN>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        epilogue<BMA, FR_BN>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
@@ -448,12 +474,14 @@ __host__ __device__ __forceinline__ int fr_format(moe_ep_format_t a, moe_ep_form
     return -1;
 }
 
-/* The raw tensor maps of one GEMM for the tile: FP8-BLOCK or MXFP8 operands, N % 256, K % 128. */
+/* The raw tensor maps of one GEMM for the tile of BMA activation rows:
+ * FP8-BLOCK or MXFP8 operands, N % 256, K % 128. */
+template <int BMA>
 static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
 {
     if (fr_format(g.a_fmt, g.b_fmt) < 0 || g.N % FR_BN || g.K % FR_BK)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the FP8 register tile: FP8-BLOCK or MXFP8 operands, N %% 256, K %% 128");
-    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, FR_BM));
+    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, BMA));
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);
 }
 

@@ -9,14 +9,15 @@
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
 /* Instances: TILE_BF16, TILE_QGMMA, TILE_WIDEN + the widening format
- * (experiment), or KIND_RS + the register tile's format. */
+ * (experiment), or KIND_RS + 2 x the register tile's format (+ 1: its
+ * 64-row instance). */
 #define KIND_RS 8
 
 template <int KIND>
 struct tile_shape {
     static constexpr bool RS = KIND >= KIND_RS, WIDE = KIND >= TILE_WIDEN && !RS;
-    static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, RS_FMT = RS ? KIND - KIND_RS : 0;
-    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? FR_BM : 64, BN = 256;
+    static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, RS_FMT = RS ? (KIND - KIND_RS) / 2 : 0;
+    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? ((KIND - KIND_RS) % 2 ? 64 : FR_BM) : 64, BN = 256;
     static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES
                                    : RS                ? FR_SMEM_BYTES
                                                        : FF_SMEM_BYTES;
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * S::BM;
         int rows_valid = (int)min((int64_t)S::BM, (int64_t)g.expert_offset[e + 1] - row0);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
-        else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else if constexpr (S::WIDE) f16_widen_tile<S::WIDEN>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
     }
@@ -51,7 +52,7 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     CUtensorMap ta, tb;
     MOE_EP_CHECK(KIND == TILE_QGMMA ? qg_make_maps(g, rows_capacity, &ta, &tb)
                  : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
-                 : S::RS             ? fr_make_maps(g, rows_capacity, &ta, &tb)
+                 : S::RS             ? fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb)
                                      : ff_make_maps<S::WIDEN>(g, rows_capacity, &ta, &tb));
     if (S::RS) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -68,10 +69,17 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t r
 {
     if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
     if (kind == TILE_QGMMA) return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
-    switch (fr_format(g.a_fmt, g.b_fmt)) {
-    case RS_FP8_BLOCK: return launch<KIND_RS + RS_FP8_BLOCK>(g, rows_capacity, num_sms, s, name);
-    case RS_MXFP8: return launch<KIND_RS + RS_MXFP8>(g, rows_capacity, num_sms, s, name);
-    default: break;
+    if (kind == TILE_RS || kind == TILE_RS_64) {
+        int small = kind == TILE_RS_64;
+        switch (fr_format(g.a_fmt, g.b_fmt)) {
+        case RS_FP8_BLOCK:
+            return small ? launch<KIND_RS + 2 * RS_FP8_BLOCK + 1>(g, rows_capacity, num_sms, s, name)
+                         : launch<KIND_RS + 2 * RS_FP8_BLOCK>(g, rows_capacity, num_sms, s, name);
+        case RS_MXFP8:
+            return small ? launch<KIND_RS + 2 * RS_MXFP8 + 1>(g, rows_capacity, num_sms, s, name)
+                         : launch<KIND_RS + 2 * RS_MXFP8>(g, rows_capacity, num_sms, s, name);
+        default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
+        }
     }
     switch (ff_widen_format(g.a_fmt, g.b_fmt)) {
 #ifdef MOE_EP_WIDEN_EXPERIMENT
