@@ -21,7 +21,7 @@
  * n128 at 65 %, n256 at 82 %; every shape fed from registers alone: 100 %).
  * n256 would need 2 x 128 accumulators per thread.
  *
- * K steps of 128 (one scale block): raw ring of FR_RAW stages (A 128 x 128 B,
+ * K steps of 128 (one scale block): raw ring of FR_RAW_OF(BMA) stages (A 128 x 128 B,
  * B 256 x 128 B, both 128-byte swizzled by TMA), fp16 ring of FR_CVT stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
  * producer, FR_PRODUCER_REGS(BMA) registers): thread 0 issues the TMA copies, all
@@ -55,7 +55,7 @@
 #define FR_BM 128  /* activation rows (the wgmma N): 128, or 64 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
-#define FR_RAW 2   /* raw stages: 48 KB each (shared memory: the C tile, 133 KB, reuses the rings) */
+#define FR_RAW 2   /* raw stages of the 128-row instance: 48 KB each (the C tile, 133 KB, reuses the rings) */
 #define FR_CVT 2   /* fp16 activation stages: 32 KB each */
 #define FR_THREADS 384
 #define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
@@ -83,21 +83,27 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
     return MOE_EP_SUCCESS;
 }
 
+/* Shared memory of the tile with BMA activation rows: the 64-row instance
+ * (decode: the weights stream through it) keeps 4 raw stages in flight. */
+#define FR_RAW_OF(BMA) ((BMA) == 128 ? FR_RAW : 4)
+
+template <int BMA>
 struct fr_smem {
-    __half a[FR_CVT][2][FR_BM * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, 32 KB per stage */
-    uint8_t ra[FR_RAW][FR_BM * FR_BK];  /* raw E4M3 activations, 16 KB per stage (128-byte swizzle) */
-    uint8_t rb[FR_RAW][FR_BN * FR_BK];  /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
-    float sxw[FR_CVT][2][FR_BM];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
-                                           rows); MXFP8: [cs][0] = 2^ref_x per activation row */
-    float sw[FR_CVT][FR_BN];            /* MXFP8: 2^ref_w per weight row */
-    uint32_t wm[FR_CVT][4][FR_BN];      /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2 */
-    uint32_t am[FR_CVT][4][FR_BM];      /* MXFP8: 2^-(ref_x - b) per k32 block and activation row */
-    uint64_t raw_full[FR_RAW], raw_empty[FR_RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
-    int64_t row0;                       /* the tile's place, for the epilogue: kept here, not in */
-    int rows_valid, n0;                 /* registers across the K loop (the consumers need them all) */
+    static constexpr int RAW = FR_RAW_OF(BMA);
+    __half a[FR_CVT][2][BMA * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
+    uint8_t ra[RAW][BMA * FR_BK];     /* raw E4M3 activations, BMA * 128 B per stage (128-byte swizzle) */
+    uint8_t rb[RAW][FR_BN * FR_BK];   /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
+    float sxw[FR_CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
+                                         rows); MXFP8: [cs][0] = 2^ref_x per activation row */
+    float sw[FR_CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
+    uint32_t wm[FR_CVT][4][FR_BN];    /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2 */
+    uint32_t am[FR_CVT][4][BMA];      /* MXFP8: 2^-(ref_x - b) per k32 block and activation row */
+    uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
+    int64_t row0;                     /* the tile's place, for the epilogue: kept here, not in */
+    int rows_valid, n0;               /* registers across the K loop (the consumers need them all) */
 };
 
-#define FR_SMEM_BYTES (sizeof(fr_smem) + 1024)
+#define FR_SMEM_BYTES(BMA) (sizeof(fr_smem<BMA>) + 1024)
 
 /* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
@@ -201,9 +207,9 @@ __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
  * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
  * MXFP8: times the row's multiplier of k32 block j / 2 (am: the stage's
- * [4][FR_BM] table, shared address). */
+ * [4][BMA] table, shared address). */
 template <int FMT, int BMA>
-__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[FR_BM * 64], int t, uint32_t am)
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am)
 {
 #pragma unroll
     for (int i = 0; i < BMA * 8 / 128; i++) {
@@ -211,7 +217,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
         if constexpr (FMT == RS_MXFP8) {
-            uint32_t m = fr_ld_u32(am + ((j / 2) * FR_BM + r) * 4);
+            uint32_t m = fr_ld_u32(am + ((j / 2) * BMA + r) * 4);
             lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
             hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
         }
@@ -253,7 +259,7 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
  * rows), 2^ref_w and the multipliers of weight rows t, t + 128. */
 template <int FMT, int BMA>
-__device__ __forceinline__ void fr_store_scales(fr_smem &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
+__device__ __forceinline__ void fr_store_scales(fr_smem<BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
     if constexpr (FMT == RS_MXFP8) {
         if (t < BMA) {
@@ -281,7 +287,7 @@ __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
  * widening of A by all 128 threads. */
 template <int FMT, int BMA>
-__device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const CUtensorMap *ta,
+__device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
                                            int n_k, int t)
 {
@@ -290,20 +296,20 @@ __device__ __forceinline__ void fr_produce(fr_smem &s, const gemm_args &g, const
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
     fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
-    for (int kt = 0; kt < n_k + FR_RAW - 1; kt++) {
-        if (t == 0 && kt < n_k) { /* raw stage kt: FR_RAW - 1 ahead of the one widened */
-            int st = kt % FR_RAW;
-            mbar_wait(&s.raw_empty[st], ((kt / FR_RAW) & 1) ^ 1);
+    for (int kt = 0; kt < n_k + fr_smem<BMA>::RAW - 1; kt++) {
+        if (t == 0 && kt < n_k) { /* raw stage kt: fr_smem<BMA>::RAW - 1 ahead of the one widened */
+            int st = kt % fr_smem<BMA>::RAW;
+            mbar_wait(&s.raw_empty[st], ((kt / fr_smem<BMA>::RAW) & 1) ^ 1);
             mbar_expect_tx(&s.raw_full[st], (BMA + FR_BN) * FR_BK);
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_BK, (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_BK, (int)b_row);
         }
-        int cv = kt - (FR_RAW - 1);
+        int cv = kt - (fr_smem<BMA>::RAW - 1);
         if (cv < 0) continue;
-        int rs = cv % FR_RAW, cs = cv % FR_CVT;
+        int rs = cv % fr_smem<BMA>::RAW, cs = cv % FR_CVT;
         const fr_stage_scales cur = next;
         if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
-        mbar_wait(&s.raw_full[rs], (cv / FR_RAW) & 1);
+        mbar_wait(&s.raw_full[rs], (cv / fr_smem<BMA>::RAW) & 1);
         mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
         fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
         if constexpr (FMT == RS_MXFP8) fr_producer_barrier(); /* the widening reads other rows' multipliers */
@@ -323,14 +329,14 @@ struct fr_addr {
     int g7;
 };
 
-#define FR_RB_STAGE (FR_BN * FR_BK)     /* bytes between raw weight stages */
-#define FR_A_STAGE (2 * FR_BM * 64 * 2) /* bytes between fp16 activation stages */
-#define FR_SXW_STAGE (2 * FR_BM * 4)    /* bytes between scale-product stages */
+#define FR_RB_STAGE (FR_BN * FR_BK)        /* bytes between raw weight stages */
+#define FR_A_STAGE(BMA) (2 * (BMA) * 64 * 2) /* bytes between fp16 activation stages */
+#define FR_SXW_STAGE(BMA) (2 * (BMA) * 4)    /* bytes between scale-product stages */
 #define FR_WM_STAGE (4 * FR_BN * 4)     /* MXFP8: bytes between multiplier stages (k32 blocks FR_BN * 4 apart) */
 #define FR_SW_STAGE (FR_BN * 4)         /* MXFP8: bytes between 2^ref_w stages */
 
-template <int FMT>
-__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, int q)
+template <int FMT, int BMA>
+__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<BMA> &s, int h, int g, int q)
 {
     fr_addr a;
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_BK + 2 * q;
@@ -350,7 +356,7 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem &s, int h, int g, in
 template <int FMT, int BMA, int B>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
-    uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_BK, act = ad.act + cs * FR_A_STAGE;
+    uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_BK, act = ad.act + cs * FR_A_STAGE(BMA);
     uint32_t a[FR_RING][4], m[2] = {0u, 0u};
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
@@ -361,8 +367,8 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         }
         fr_fragment<FMT>(a[kk % FR_RING], row_g, ad.g7, kk, m);
         wgmma_fence();
-        /* B: K half kk / 4 (16 KB on), +32 bytes (2 x 16 B) per k16 step within it */
-        uint64_t db = smem_desc_u32(act + (kk / 4) * FR_BM * 128) + 2 * (kk % 4);
+        /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
+        uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
         fr_wgmma<BMA>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
@@ -417,11 +423,12 @@ template <int FMT, int BMA>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
-    static_assert(sizeof(float) * FR_BM * (FR_BN + 4) <= offsetof(fr_smem, sxw), "the C tile overlaps the scales");
-    fr_smem &s = *(fr_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    typedef fr_smem<BMA> smem_t;
+    static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
+    smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < FR_RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
+        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
         for (int i = 0; i < FR_CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
@@ -434,19 +441,19 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         setmaxnreg_inc<FR_CONSUMER_REGS(BMA)>();
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
-        const fr_addr ad = fr_addr_of<FMT>(s, h, g8, q);
+        const fr_addr ad = fr_addr_of<FMT, BMA>(s, h, g8, q);
         float acc[2][BMA / 2], part[BMA / 2];
 #pragma unroll
         for (int i = 0; i < BMA / 2; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
 #pragma unroll 1
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
-            int rs = kt % FR_RAW, cs = kt % FR_CVT;
-            mbar_wait(&s.raw_full[rs], (kt / FR_RAW) & 1);
+            int rs = kt % smem_t::RAW, cs = kt % FR_CVT;
+            mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
             fr_block<FMT, BMA, 0>(part, ad, rs, cs);
-            fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE);
+            fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE);
             fr_block<FMT, BMA, 1>(part, ad, rs, cs);
-            fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE, ad.sw + cs * FR_SW_STAGE + 256);
+            fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE + 256);
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
@@ -461,7 +468,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {
-        for (int i = 0; i < FR_RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
+        for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
         for (int i = 0; i < FR_CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
     }
 }
