@@ -31,11 +31,12 @@
 #define MODE_WIDEN0 5 /* + the widening format (f16_widen_tile.cuh, 64 rows): FP8-BLOCK; the experiment's others */
 #define MODE_FP8_RS (MODE_WIDEN0 + WIDEN_FP8) /* FP8-BLOCK: fp8_rs_tile.cuh, not the widening tile */
 #define MODE_MX_RS 9                          /* MXFP8: fp8_rs_tile.cuh */
-#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS)
+#define MODE_W4_RS 10                         /* W4A8: fp8_rs_tile.cuh */
+#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS)
 #define MODE_WIDEN(m) ((m) >= MODE_WIDEN0 && !MODE_RS(m))
 #define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m) || MODE_RS(m))
 #define WIDEN_OF(m) ((m) - MODE_WIDEN0)
-#define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : RS_FP8_BLOCK)
+#define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : RS_FP8_BLOCK)
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
@@ -676,11 +677,11 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
                : a->d.tile_rows == 128 ? launch<WG_BM, MODE_WGMMA, 0>(a, s)
                                        : launch<32, MODE_BF16, 0>(a, s);
     case MOE_EP_FORMAT_MXFP8:
-        if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
+        if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) {
+            if (a->d.path == MOE_EP_PATH_W4A8)
+                return a->d.tile_rows == 64 ? launch<64, MODE_W4_RS, 32>(a, s) : launch<FR_BM, MODE_W4_RS, 32>(a, s);
             return a->d.tile_rows == 64 ? launch<64, MODE_MX_RS, 32>(a, s) : launch<FR_BM, MODE_MX_RS, 32>(a, s);
-#ifdef MOE_EP_WIDEN_EXPERIMENT /* W4A8's large tile on fp16 HGMMA */
-        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_WIDEN0 + WIDEN_W4A8, 32>(a, s);
-#endif
+        }
         return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);

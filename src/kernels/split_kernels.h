@@ -38,7 +38,7 @@ extern "C" {
 
 /* The TMA + wgmma tiles a layer can run (both GEMMs: N % 256, K % 64 or 128):
  * bf16 the 128-row HGMMA tile (a knob choice: its bits equal mma.sync's);
- * FP8-BLOCK and MXFP8 the 128-row fp16 HGMMA register tile, FP8-BLOCK with
+ * FP8-BLOCK, MXFP8 and W4A8 the fp16 HGMMA register tile, FP8-BLOCK with
  * config.fp8_fast_accum the 64-row QGMMA tile, both at every T and on both
  * GPU backends (moe_ep_single_tile, moe_ep_single_tile_rows). */
 static inline int moe_ep_hgmma_fits(moe_ep_path_t path, int H, int I)
@@ -51,22 +51,22 @@ static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast
     return fp8_fast_accum && path == MOE_EP_PATH_FP8_BLOCK && H % 256 == 0 && I % 128 == 0;
 }
 
-/* The exact FP8 register tile (fp8_rs_tile.cuh: fp16 HGMMA, E4M3 widened
- * exactly, 128 activation rows): FP8-BLOCK, and MXFP8 with its power-of-two
- * scales folded into the fp16 operands. */
+/* The exact FP8 register tile (fp8_rs_tile.cuh: fp16 HGMMA, E4M3 and E2M1
+ * widened exactly, 128 or 64 activation rows): FP8-BLOCK, and MXFP8 and
+ * W4A8 with their power-of-two scales folded into the fp16 operands. */
 #define MOE_EP_RS_TILE_ROWS 128
 static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
 {
-    return (path == MOE_EP_PATH_FP8_BLOCK || path == MOE_EP_PATH_MXFP8) && H % 256 == 0 && I % 128 == 0;
+    return (path == MOE_EP_PATH_FP8_BLOCK || path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8) && H % 256 == 0 &&
+           I % 128 == 0;
 }
 
-/* The 64-row fp16 HGMMA tiles: the register tile, and NVFP4's and W4A8's
- * widening tiles in the experiment build (-DMOE_EP_WIDEN_EXPERIMENT, in the
- * CUDA and C flags). */
+/* The fp16 HGMMA tiles: the register tile, and NVFP4's widening tile in the
+ * experiment build (-DMOE_EP_WIDEN_EXPERIMENT, in the CUDA and C flags). */
 static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
 {
 #ifdef MOE_EP_WIDEN_EXPERIMENT
-    if (path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_W4A8) return H % 256 == 0 && I % 128 == 0;
+    if (path == MOE_EP_PATH_NVFP4) return H % 256 == 0 && I % 128 == 0;
 #endif
     return moe_ep_rs_tile_fits(path, H, I);
 }

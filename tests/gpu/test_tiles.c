@@ -75,8 +75,9 @@ static double rel_l2(const uint16_t *got, const uint16_t *want, size_t n, int *n
 
 /* Multiplies element i of each 32-block b of every row of a [rows][n] bf16
  * matrix by 2^((b * 7 + row * 3) % (2 span + 1) - span): 32-blocks of one
- * 128-wide K block then differ by up to 2^(2 span) (the MXFP8 register tile
- * folds a block's scale into fp16 only exactly up to 2^15 below the largest). */
+ * 128-wide K block then differ by up to 2^(2 span) (the register tile folds
+ * an MX block's scale into fp16 only exactly up to 2^15 below the largest
+ * for E4M3, 2^23 for E2M1). */
 static void spread_blocks(uint16_t *m, int rows, int n, int span)
 {
     for (int r = 0; r < rows; r++)
@@ -138,5 +139,6 @@ int main(void)
     printf("tile kernels (16-row mma.sync, 64-row mma.sync, 128-row wgmma for bf16) agree\n");
     for (int p = 0; p < MOE_EP_PATH_COUNT_; p++) test_path((moe_ep_path_t)p, 0, &rng);
     test_path(MOE_EP_PATH_MXFP8, 1, &rng);
+    test_path(MOE_EP_PATH_W4A8, 1, &rng);
     return test_summary("test_tiles");
 }

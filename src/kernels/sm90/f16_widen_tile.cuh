@@ -15,8 +15,8 @@
  *     E2M1) -> fp16; partial sums promoted every 32 of K with the UE8M0
  *     scales of row and column, acc = fmaf(part, s_x * s_w, acc), as the MX
  *     mma.sync tiles do (the producer copies each step's scales next to the
- *     widened operands). MXFP8 now runs the register tile (fp8_rs_tile.cuh)
- *     in every build; only W4A8 and NVFP4 reach this one.
+ *     widened operands). MXFP8 and W4A8 now run the register tile
+ *     (fp8_rs_tile.cuh) in every build; only NVFP4 reaches this one.
  *
  * Warpgroup 0: thread 0 issues the TMA copies of the raw rows (A: 64 rows,
  * B: 256 rows, RAW_BYTES bytes each per K step of 64 elements, dense) into a

@@ -1,4 +1,4 @@
-/* The FP8 register tile (FP8-BLOCK and MXFP8), for the split backend's
+/* The FP8 register tile (FP8-BLOCK, MXFP8 and W4A8), for the split backend's
  * grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 128 x 256 output tile
  * (128 activation rows, 256 weight rows) of one expert, 384 threads. E4M3 ->
  * fp16 is exact; fp16 HGMMA sums one 128-wide K block (part), promoted with
@@ -24,9 +24,9 @@
  * K steps of 128 (one scale block): raw ring of FR_RAW_OF(BMA) stages (A 128 x 128 B,
  * B 256 x 128 B, both 128-byte swizzled by TMA), fp16 ring of FR_CVT stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
- * producer, FR_PRODUCER_REGS(BMA) registers): thread 0 issues the TMA copies, all
+ * producer, FR_PRODUCER_REGS registers): thread 0 issues the TMA copies, all
  * 128 threads widen A and stage the scales. Warpgroups 1 and 2 (consumers,
- * FR_CONSUMER_REGS(BMA) registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
+ * FR_CONSUMER_REGS registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
  * the gate and up halves of a GEMM1 tile) as two m64 blocks, one after the
  * other per stage: 8 x wgmma m64n128k16 (RS) into part (64 fp32), wait, then
  * the promotion into acc[block] (2 x 64 fp32). Each block waits for all its
@@ -44,7 +44,13 @@
  * weight row. A NaN scale (0xFF) is the largest byte, so ref gives NaN and
  * the 128-block's sums become NaN, as they do on the mma.sync tiles. These
  * sums differ in rounding from the mma.sync tiles' per-32 promotion, so MXFP8
- * layers run this tile at every T (moe_ep_single_tile). */
+ * layers run this tile at every T (moe_ep_single_tile).
+ *
+ * W4A8 (RS_W4A8): MXFP8 activations as above; MXFP4 weights (E2M1 + UE8M0)
+ * folded the same way. No instruction widens E2M1 on sm_90: a nibble
+ * s e1 e0 m placed as fp16 bits (s << 15) | (e1 e0 m << 9) is its value times
+ * 2^-14 (normal and subnormal alike), so the multiplier carries 2^14 too
+ * (exact while ref - b <= 23: an E2M1 value's last bit is 0.5). */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
@@ -64,10 +70,18 @@
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
  * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS(BMA) ((BMA) == 128 ? 56 : 104)
-#define FR_CONSUMER_REGS(BMA) ((BMA) == 128 ? 224 : 200)
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 ? 104 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 ? 200 : 224)
 
-enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1 };
+enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2 };
+
+/* MX scales (MXFP8, W4A8: UE8M0 per 32, folded per 128-wide K block); E2M1 weights (W4A8). */
+#define FR_MX(FMT) ((FMT) != RS_FP8_BLOCK)
+#define FR_E2M1(FMT) ((FMT) == RS_W4A8)
+/* Bytes of one raw weight row per stage (128 K): E4M3 128 (128-byte
+ * swizzle), E2M1 64 (64-byte swizzle: 16-byte chunk c of row r at
+ * c ^ ((r >> 1) & 3)). */
+#define FR_WROW(FMT) (FR_E2M1(FMT) ? 64 : 128)
 
 /* The register moves assume the kernel runs at FR_LAUNCH_REGS (a consumer's
  * setmaxnreg.inc would wait forever for registers the pool does not hold):
@@ -92,7 +106,7 @@ struct fr_smem {
     static constexpr int RAW = FR_RAW_OF(BMA);
     __half a[FR_CVT][2][BMA * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
     uint8_t ra[RAW][BMA * FR_BK];     /* raw E4M3 activations, BMA * 128 B per stage (128-byte swizzle) */
-    uint8_t rb[RAW][FR_BN * FR_BK];   /* raw E4M3 weights, 32 KB per stage (128-byte swizzle) */
+    uint8_t rb[RAW][FR_BN * FR_BK];   /* raw weights, 32 KB per stage: E4M3 (128-byte swizzle), E2M1 uses 16 KB */
     float sxw[FR_CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                          rows); MXFP8: [cs][0] = 2^ref_x per activation row */
     float sw[FR_CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
@@ -179,12 +193,42 @@ __device__ __forceinline__ float fr_ld_f32(uint32_t p)
  * a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same). row_g: the shared address of
  * row g's byte 2 q. MXFP8: m[0], m[1] = the k32 block's multipliers of rows
  * g and g + 8 (f16x2). */
-template <int FMT>
-__device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int g7, int kk, const uint32_t *m)
+/* One E2M1 pair (byte: element 2j low nibble, 2j + 1 high) as fp16 bits of
+ * value x 2^-14 each (low nibble -> low half). */
+__device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
 {
-    uint32_t p = row_g + ((kk ^ g7) << 4);
-    a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
-    if constexpr (FMT == RS_MXFP8)
+    uint32_t x = (b | (b << 12)) & 0x000F000Fu; /* nibbles at bits 0 and 16 */
+    return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
+}
+
+__device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(p) : "memory");
+    return v;
+}
+
+/* The A fragment of k16 step kk from a raw weight stage, rows g and g + 8:
+ * a[0] (g, k 2q, 2q+1), a[1] (g + 8, same), a[2] (g, k 2q+8, 2q+9), a[3]
+ * (g + 8, same). E4M3 (128-byte rows, 128-byte swizzle: 16-byte chunk kk of
+ * row r at ((kk ^ (r & 7)) << 4)): row_g is the shared address of row g's
+ * byte 2 q, sw = g & 7. E2M1 (64-byte rows, 64-byte swizzle): row_g is row
+ * g's first byte, sw = (g >> 1) & 3; step kk is bytes 8 kk .. 8 kk + 7 of a
+ * row, element pair q in byte q, pair q + 4 in byte q + 4 (one byte load
+ * each: wider loads cost registers the mega kernel does not have). MX: m[0], m[1] =
+ * the k32 block's multipliers of rows g and g + 8 (f16x2). */
+template <int FMT>
+__device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int sw, int q, int kk, const uint32_t *m)
+{
+    if constexpr (FR_E2M1(FMT)) {
+        uint32_t p = row_g + ((((kk >> 1) ^ sw) << 4) | ((kk & 1) << 3)) + q;
+        a[0] = fr_e2m1x2(fr_ld_u8(p)), a[2] = fr_e2m1x2(fr_ld_u8(p + 4));
+        a[1] = fr_e2m1x2(fr_ld_u8(p + 8 * 64)), a[3] = fr_e2m1x2(fr_ld_u8(p + 8 * 64 + 4));
+    } else {
+        uint32_t p = row_g + ((kk ^ sw) << 4);
+        a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
+    }
+    if constexpr (FR_MX(FMT))
         a[0] = fr_hmul2(a[0], m[0]), a[1] = fr_hmul2(a[1], m[1]), a[2] = fr_hmul2(a[2], m[0]), a[3] = fr_hmul2(a[3], m[1]);
 }
 
@@ -202,6 +246,15 @@ __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
     return h | h << 16;
 }
 
+/* W4A8's weights: 2^(14 - (ref - b)) (fp16 exponent field 29 - d while >= 1,
+ * then subnormal), undoing fr_e2m1x2's 2^-14 as well. */
+__device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b)
+{
+    int e = 29 - (int)(ref - b);
+    uint32_t h = e >= 1 ? (uint32_t)e << 10 : e > -10 ? 1u << (9 + e) : 0u;
+    return h | h << 16;
+}
+
 /* Raw activation stage (BMA rows x 128 E4M3, 128-byte swizzle) -> fp16 in
  * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
@@ -216,7 +269,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
         int r = t / 8 + 16 * i, j = t % 8;
         uint4 lo, hi;
         e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
-        if constexpr (FMT == RS_MXFP8) {
+        if constexpr (FR_MX(FMT)) {
             uint32_t m = fr_ld_u32(am + ((j / 2) * BMA + r) * 4);
             lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
             hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
@@ -243,7 +296,7 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
     rows_valid = min(rows_valid, BMA); /* activation row t only while t < BMA */
     const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
     fr_stage_scales r = {};
-    if constexpr (FMT == RS_MXFP8) {
+    if constexpr (FR_MX(FMT)) {
         if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
 #pragma unroll
         for (int i = 0; i < 2; i++) r.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
@@ -261,7 +314,7 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_store_scales(fr_smem<BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
-    if constexpr (FMT == RS_MXFP8) {
+    if constexpr (FR_MX(FMT)) {
         if (t < BMA) {
             uint32_t ref = fr_mx_ref(w.wa);
             s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
@@ -274,7 +327,9 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<BMA> &s, const fr_stage_
             int n = t + 128 * i;
             s.sw[cs][n] = moe_ep_ue8m0_to_f32((uint8_t)rw);
 #pragma unroll
-            for (int j = 0; j < 4; j++) s.wm[cs][j][n] = fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
+            for (int j = 0; j < 4; j++)
+                s.wm[cs][j][n] = FR_E2M1(FMT) ? fr_mx_mult_e2m1(rw, (w.ww[i] >> (8 * j)) & 0xFF)
+                                              : fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
         }
     } else if (t < BMA) {
         s.sxw[cs][0][t] = w.p0, s.sxw[cs][1][t] = w.p1;
@@ -300,9 +355,9 @@ __device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, 
         if (t == 0 && kt < n_k) { /* raw stage kt: fr_smem<BMA>::RAW - 1 ahead of the one widened */
             int st = kt % fr_smem<BMA>::RAW;
             mbar_wait(&s.raw_empty[st], ((kt / fr_smem<BMA>::RAW) & 1) ^ 1);
-            mbar_expect_tx(&s.raw_full[st], (BMA + FR_BN) * FR_BK);
+            mbar_expect_tx(&s.raw_full[st], BMA * FR_BK + FR_BN * FR_WROW(FMT));
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_BK, (int)row0);
-            tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_BK, (int)b_row);
+            tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
         }
         int cv = kt - (fr_smem<BMA>::RAW - 1);
         if (cv < 0) continue;
@@ -312,7 +367,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, 
         mbar_wait(&s.raw_full[rs], (cv / fr_smem<BMA>::RAW) & 1);
         mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
         fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
-        if constexpr (FMT == RS_MXFP8) fr_producer_barrier(); /* the widening reads other rows' multipliers */
+        if constexpr (FR_MX(FMT)) fr_producer_barrier(); /* the widening reads other rows' multipliers */
         fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
@@ -326,7 +381,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, 
  * g's k32 multipliers and 2^ref_w in stage 0; the stages follow at fixed strides. */
 struct fr_addr {
     uint32_t frag, act, sxw, wm, sw;
-    int g7;
+    int sw_key, q; /* the fragment rows' swizzle key (fr_fragment) and the lane's pair q */
 };
 
 #define FR_RB_STAGE (FR_BN * FR_BK)        /* bytes between raw weight stages */
@@ -339,12 +394,12 @@ template <int FMT, int BMA>
 __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<BMA> &s, int h, int g, int q)
 {
     fr_addr a;
-    a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_BK + 2 * q;
+    a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + (FR_E2M1(FMT) ? 0 : 2 * q);
     a.act = smem_u32(s.a[0][0]);
-    a.sxw = smem_u32(&s.sxw[0][FMT == RS_MXFP8 ? 0 : h][2 * q]);
+    a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
     a.wm = smem_u32(&s.wm[0][0][128 * h + g]);
     a.sw = smem_u32(&s.sw[0][128 * h + g]);
-    a.g7 = g & 7;
+    a.sw_key = FR_E2M1(FMT) ? (g >> 1) & 3 : g & 7, a.q = q;
     return a;
 }
 
@@ -356,16 +411,16 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<BMA> &s, int h, int 
 template <int FMT, int BMA, int B>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
-    uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_BK, act = ad.act + cs * FR_A_STAGE(BMA);
+    uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_WROW(FMT), act = ad.act + cs * FR_A_STAGE(BMA);
     uint32_t a[FR_RING][4], m[2] = {0u, 0u};
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
-        if (FMT == RS_MXFP8 && kk % 2 == 0) {
+        if (FR_MX(FMT) && kk % 2 == 0) {
             uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
             m[0] = fr_ld_u32(wm), m[1] = fr_ld_u32(wm + 32);
         }
-        fr_fragment<FMT>(a[kk % FR_RING], row_g, ad.g7, kk, m);
+        fr_fragment<FMT>(a[kk % FR_RING], row_g, ad.sw_key, ad.q, kk, m);
         wgmma_fence();
         /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
@@ -382,12 +437,12 @@ template <int FMT, int BMA>
 __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw, uint32_t sw)
 {
     float wg = 1.0f, wg8 = 1.0f;
-    if constexpr (FMT == RS_MXFP8) wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
+    if constexpr (FR_MX(FMT)) wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
 #pragma unroll
     for (int j = 0; j < BMA / 8; j++) {
         float s0, s1;
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
-        if constexpr (FMT == RS_MXFP8) {
+        if constexpr (FR_MX(FMT)) {
             acc[4 * j] = fmaf(part[4 * j], s0 * wg, acc[4 * j]);
             acc[4 * j + 1] = fmaf(part[4 * j + 1], s1 * wg, acc[4 * j + 1]);
             acc[4 * j + 2] = fmaf(part[4 * j + 2], s0 * wg8, acc[4 * j + 2]);
@@ -435,11 +490,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads();
     if (wg == 0) {
-        setmaxnreg_dec<FR_PRODUCER_REGS(BMA)>();
+        setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
         fr_produce<FMT, BMA>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
         setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
-        setmaxnreg_inc<FR_CONSUMER_REGS(BMA)>();
+        setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
         const fr_addr ad = fr_addr_of<FMT, BMA>(s, h, g8, q);
         float acc[2][BMA / 2], part[BMA / 2];
@@ -478,17 +533,22 @@ __host__ __device__ __forceinline__ int fr_format(moe_ep_format_t a, moe_ep_form
 {
     if (a == MOE_EP_FORMAT_FP8_BLOCK && b == MOE_EP_FORMAT_FP8_BLOCK) return RS_FP8_BLOCK;
     if (a == MOE_EP_FORMAT_MXFP8 && b == MOE_EP_FORMAT_MXFP8) return RS_MXFP8;
+    if (a == MOE_EP_FORMAT_MXFP8 && b == MOE_EP_FORMAT_MXFP4) return RS_W4A8;
     return -1;
 }
 
 /* The raw tensor maps of one GEMM for the tile of BMA activation rows:
- * FP8-BLOCK or MXFP8 operands, N % 256, K % 128. */
+ * FP8-BLOCK, MXFP8 or W4A8 operands, N % 256, K % 128; W4A8's weights as
+ * rows of K / 2 bytes, boxes of 64 bytes with the 64-byte swizzle. */
 template <int BMA>
 static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
 {
-    if (fr_format(g.a_fmt, g.b_fmt) < 0 || g.N % FR_BN || g.K % FR_BK)
-        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the FP8 register tile: FP8-BLOCK or MXFP8 operands, N %% 256, K %% 128");
+    int fmt = fr_format(g.a_fmt, g.b_fmt);
+    if (fmt < 0 || g.N % FR_BN || g.K % FR_BK)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL,
+                           "the FP8 register tile: FP8-BLOCK, MXFP8 or W4A8 operands, N %% 256, K %% 128");
     MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, BMA));
+    if (fmt == RS_W4A8) return tma_map_rows_swizzle64(tb, g.b, (int64_t)g.E * g.N, g.K / 2, FR_BN);
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);
 }
 

@@ -42,6 +42,22 @@ static inline moe_ep_status_t tma_map_rows(CUtensorMap *m, const void *base, int
     return MOE_EP_SUCCESS;
 }
 
+/* [rows][cols] bytes with boxes of box_rows x 64 bytes, 64-byte swizzle
+ * (16-byte chunk c of box row r at chunk c ^ ((r >> 1) & 3)). */
+static inline moe_ep_status_t tma_map_rows_swizzle64(CUtensorMap *m, const void *base, int64_t rows, int64_t cols,
+                                                     int box_rows)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 fn = tma_encode_fn();
+    if (!fn) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = fn(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return MOE_EP_SUCCESS;
+}
+
 /* The wgmma operand layout: box_rows x 128 bytes, 128-byte swizzle. */
 static inline moe_ep_status_t tma_map_k_major(CUtensorMap *m, const void *base, int64_t rows, int64_t cols,
                                               int elem_bytes, int box_rows)

@@ -2,9 +2,9 @@
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
  * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), the
- * exact FP8 tile of FP8-BLOCK and MXFP8 (fp16 HGMMA with the weights in
- * registers, 128 x 256, fp8_rs_tile.cuh) or, in the experiment build, the
- * fp16 widening tile of NVFP4 and W4A8 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
+ * exact FP8 register tile of FP8-BLOCK, MXFP8 and W4A8 (fp16 HGMMA with
+ * the weights in registers, 128 or 64 x 256, fp8_rs_tile.cuh) or, in the experiment build, the
+ * fp16 widening tile of NVFP4 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
 #include "kernels/sm90/f16_widen_tile.cuh"
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
@@ -78,13 +78,15 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t r
         case RS_MXFP8:
             return small ? launch<KIND_RS + 2 * RS_MXFP8 + 1>(g, rows_capacity, num_sms, s, name)
                          : launch<KIND_RS + 2 * RS_MXFP8>(g, rows_capacity, num_sms, s, name);
+        case RS_W4A8:
+            return small ? launch<KIND_RS + 2 * RS_W4A8 + 1>(g, rows_capacity, num_sms, s, name)
+                         : launch<KIND_RS + 2 * RS_W4A8>(g, rows_capacity, num_sms, s, name);
         default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
         }
     }
     switch (ff_widen_format(g.a_fmt, g.b_fmt)) {
 #ifdef MOE_EP_WIDEN_EXPERIMENT
     case WIDEN_NVFP4: return launch<TILE_WIDEN + WIDEN_NVFP4>(g, rows_capacity, num_sms, s, name);
-    case WIDEN_W4A8: return launch<TILE_WIDEN + WIDEN_W4A8>(g, rows_capacity, num_sms, s, name);
 #endif
     default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no fp16 tile for these formats", name);
     }
