@@ -18,7 +18,7 @@ static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 static int tile_ok(int v) { return v == 16 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
-/* The tile rows a layer of this config can run: FP8-BLOCK and MXFP8 with the
+/* The tile rows a layer of this config can run: FP8-BLOCK, MXFP8 and W4A8 with the
  * wgmma tiles' shapes only one tile kind (FP8-BLOCK's QGMMA tile with
  * fp8_fast_accum, 64, else the fp16 HGMMA register tile, 64 or 128, at every
  * T: moe_ep_single_tile); bf16 with the HGMMA tile's shapes 16, 64 or 128;
@@ -48,7 +48,7 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
                    "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16; "
-                   "fp8_block and mxfp8 only 64 or 128 (their register tile; 64 with fp8_fast_accum), when hidden %% 256 == 0 "
+                   "fp8_block, mxfp8 and w4a8 only 64 or 128 (their register tile; 64 with fp8_fast_accum), when hidden %% 256 == 0 "
                    "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
                    k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
@@ -67,7 +67,7 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 
 /* GEMM tile rows for this forward. Layers whose shapes allow a TMA + wgmma
  * tile run it at every T: FP8-BLOCK the 64-row QGMMA tile with
- * fp8_fast_accum, else the exact fp16 HGMMA register tile, as MXFP8 (the
+ * fp8_fast_accum, else the exact fp16 HGMMA register tile, as MXFP8 and W4A8 (the
  * only tile kind either may run: moe_ep_single_tile), 64 or 128 rows
  * (moe_ep_single_tile_rows); bf16
  * the 128-row HGMMA tile (measured on the EP8 slices, T = 8 .. 512: 1.25-3.4x
