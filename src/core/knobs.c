@@ -86,8 +86,6 @@ static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
         return make_knobs(moe_ep_single_tile_rows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum, rows,
                                                   l->num_local_experts), 0);
     if (moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate)) return make_knobs(128, 0);
-    if (moe_ep_f16_widen_fits(c->path, c->hidden, c->intermediate)) /* 64: the fp16 HGMMA tile (experiment build) */
-        return make_knobs(rows <= 4 * (int64_t)l->num_local_experts ? 16 : 64, 0);
     if (rows <= 24 * (int64_t)l->num_local_experts) return make_knobs(16, 0);
     return make_knobs(64, 0);
 }

@@ -18,24 +18,21 @@
 #include "kernels/plan_scan.cuh"
 #include "kernels/rows.cuh"
 #include "kernels/sm90/gemm_tile.cuh"
-#include "kernels/sm90/f16_widen_tile.cuh"
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
 #include <string.h>
 
 #define MEGA_BN 256 /* tile columns of both GEMMs */
 /* The TMA + wgmma tiles instead of gemm_tile's mma.sync (384 threads): bf16
- * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows). */
+ * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows),
+ * the FP8 register tile (fp8_rs_tile.cuh, 128 or 64 rows). */
 #define MODE_WGMMA 3
 #define MODE_QGMMA 4
-#define MODE_WIDEN0 5 /* + the widening format (f16_widen_tile.cuh, 64 rows): FP8-BLOCK; the experiment's others */
-#define MODE_FP8_RS (MODE_WIDEN0 + WIDEN_FP8) /* FP8-BLOCK: fp8_rs_tile.cuh, not the widening tile */
-#define MODE_MX_RS 9                          /* MXFP8: fp8_rs_tile.cuh */
-#define MODE_W4_RS 10                         /* W4A8: fp8_rs_tile.cuh */
+#define MODE_FP8_RS 5 /* the register tile (fp8_rs_tile.cuh): FP8-BLOCK */
+#define MODE_MX_RS 6  /* MXFP8 */
+#define MODE_W4_RS 7  /* W4A8 */
 #define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS)
-#define MODE_WIDEN(m) ((m) >= MODE_WIDEN0 && !MODE_RS(m))
-#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_WIDEN(m) || MODE_RS(m))
-#define WIDEN_OF(m) ((m) - MODE_WIDEN0)
+#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_RS(m))
 #define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : RS_FP8_BLOCK)
 
 /* Threads of a block: the GEMM tile's. */
@@ -288,9 +285,6 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_RS(MODE))
         fp8_rs_tile<RS_FMT_OF(MODE), BM>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
-    else if constexpr (MODE_WIDEN(MODE))
-        f16_widen_tile<WIDEN_OF(MODE)>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e,
-                                       row0, rows_valid, n0);
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
@@ -563,7 +557,6 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE_RS(MODE)) return (FR_SMEM_BYTES(BM) + 15) / 16 * 16;
-    else if constexpr (MODE_WIDEN(MODE)) return (FF_SMEM_BYTES + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
 
@@ -653,9 +646,6 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     } else if (MODE_RS(MODE)) {
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));
-    } else if (MODE_WIDEN(MODE)) {
-        MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g1, rows, &p.ta1, &p.tb1));
-        MOE_EP_CHECK(ff_make_maps<WIDEN_OF(MODE)>(p.g2, rows, &p.ta2, &p.tb2));
     }
     mega_forward<BM, MODE, SB><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
     return moe_ep_launch_check(name);
@@ -689,9 +679,6 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
             return a->d.tile_rows == 64 ? launch<64, MODE_FP8_RS, 128>(a, s) : launch<FR_BM, MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
-#ifdef MOE_EP_WIDEN_EXPERIMENT /* NVFP4's large tile on fp16 HGMMA */
-        if (!small && moe_ep_f16_widen_fits(a->d.path, a->d.H, a->d.I)) return launch<FF_BM, MODE_WIDEN0 + WIDEN_NVFP4, 0>(a, s);
-#endif
         return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }
 }

@@ -61,16 +61,6 @@ static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
            I % 128 == 0;
 }
 
-/* The fp16 HGMMA tiles: the register tile, and NVFP4's widening tile in the
- * experiment build (-DMOE_EP_WIDEN_EXPERIMENT, in the CUDA and C flags). */
-static inline int moe_ep_f16_widen_fits(moe_ep_path_t path, int H, int I)
-{
-#ifdef MOE_EP_WIDEN_EXPERIMENT
-    if (path == MOE_EP_PATH_NVFP4) return H % 256 == 0 && I % 128 == 0;
-#endif
-    return moe_ep_rs_tile_fits(path, H, I);
-}
-
 /* Layers whose GEMMs run one tile kind at every T, so that a row's
  * bits never depend on the batch: the QGMMA tile (its bits differ from the
  * FP8 mma.sync's); FP8-BLOCK's register tile, whose bits equal the FP8

@@ -54,7 +54,7 @@
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
-#include "kernels/sm90/f16_widen_tile.cuh" /* e4m3x16_to_f16, ff_store_chunk; qgmma_tile.cuh */
+#include "kernels/sm90/qgmma_tile.cuh" /* gemm_common, hopper, tma_map, wg_consumer_barrier */
 
 #include <cuda_fp16.h>
 
@@ -255,6 +255,25 @@ __device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b)
     return h | h << 16;
 }
 
+/* Stores 16 bytes of fp16 as chunk j of a 128-byte row r in the 128-byte swizzle. */
+__device__ __forceinline__ void fr_store_chunk(__half *out, int r, int j, uint4 v)
+{
+    *(uint4 *)((uint8_t *)out + r * 128 + ((j ^ (r & 7)) << 4)) = v;
+}
+
+/* 16 E4M3 bytes -> 16 fp16 (exact) as two 16-byte chunks. */
+__device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
+{
+    uint32_t w[4] = {v.x, v.y, v.z, v.w}, o[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint16_t p0 = (uint16_t)(w[i] & 0xFFFF), p1 = (uint16_t)(w[i] >> 16);
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o[2 * i]) : "h"(p0));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o[2 * i + 1]) : "h"(p1));
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]), hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
 /* Raw activation stage (BMA rows x 128 E4M3, 128-byte swizzle) -> fp16 in
  * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
@@ -274,8 +293,8 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
             lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
             hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
         }
-        ff_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
-        ff_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
+        fr_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
+        fr_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
     }
 }
 

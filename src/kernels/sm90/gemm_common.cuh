@@ -103,10 +103,9 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
 
 /* The wgmma (TMA + mbarrier, warp-specialised) grouped GEMM, wgmma_gemm.cu:
  * kind TILE_BF16 (bf16 operands, 128-row HGMMA tiles), TILE_QGMMA (FP8-BLOCK,
- * 64-row QGMMA tiles, fp8_fast_accum), TILE_RS / TILE_RS_64 (the FP8
- * register tile of FP8-BLOCK and MXFP8, 128 or 64 rows) or TILE_WIDEN (the
- * experiment build's fp16 widening tiles of NVFP4 and W4A8). */
-enum { TILE_BF16 = 0, TILE_QGMMA = 1, TILE_WIDEN = 2, TILE_RS = 6, TILE_RS_64 = 7 };
+ * 64-row QGMMA tiles, fp8_fast_accum) or TILE_RS / TILE_RS_64 (the FP8
+ * register tile of FP8-BLOCK, MXFP8 and W4A8, 128 or 64 rows). */
+enum { TILE_BF16 = 0, TILE_QGMMA = 1, TILE_RS = 2, TILE_RS_64 = 3 };
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t rows_capacity, int num_sms,
                                          cudaStream_t s, const char *name);
 

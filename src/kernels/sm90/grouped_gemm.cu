@@ -78,8 +78,6 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
         return moe_ep_launch_gemm_wgmma(g, d.tile_rows == 64 ? TILE_RS_64 : TILE_RS, rows, d.num_sms, s, name);
     }
     if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, rows, d.num_sms, s, name);
-    if (d.tile_rows == 64 && moe_ep_f16_widen_fits(d.path, d.H, d.I))
-        return moe_ep_launch_gemm_wgmma(g, TILE_WIDEN, rows, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

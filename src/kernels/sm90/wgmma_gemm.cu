@@ -2,25 +2,22 @@
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
  * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), the
- * exact FP8 register tile of FP8-BLOCK, MXFP8 and W4A8 (fp16 HGMMA with
- * the weights in registers, 128 or 64 x 256, fp8_rs_tile.cuh) or, in the experiment build, the
- * fp16 widening tile of NVFP4 (HGMMA, 64 x 256, f16_widen_tile.cuh). */
-#include "kernels/sm90/f16_widen_tile.cuh"
+ * or the exact FP8 register tile of FP8-BLOCK, MXFP8 and W4A8 (fp16 HGMMA
+ * with the weights in registers, 128 or 64 x 256, fp8_rs_tile.cuh). */
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
-/* Instances: TILE_BF16, TILE_QGMMA, TILE_WIDEN + the widening format
- * (experiment), or KIND_RS + 2 x the register tile's format (+ 1: its
- * 64-row instance). */
+/* Instances: TILE_BF16, TILE_QGMMA, or KIND_RS + 2 x the register tile's
+ * format (+ 1: its 64-row instance). */
 #define KIND_RS 8
 
 template <int KIND>
 struct tile_shape {
-    static constexpr bool RS = KIND >= KIND_RS, WIDE = KIND >= TILE_WIDEN && !RS;
-    static constexpr int WIDEN = WIDE ? KIND - TILE_WIDEN : 0, RS_FMT = RS ? (KIND - KIND_RS) / 2 : 0;
+    static constexpr bool RS = KIND >= KIND_RS;
+    static constexpr int RS_FMT = RS ? (KIND - KIND_RS) / 2 : 0;
     static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? ((KIND - KIND_RS) % 2 ? 64 : FR_BM) : 64, BN = 256;
-    static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : KIND == TILE_QGMMA ? QG_SMEM_BYTES
-                                   : RS                ? FR_SMEM_BYTES(BM)
-                                                       : FF_SMEM_BYTES;
+    static constexpr size_t SMEM = KIND == TILE_BF16    ? WG_SMEM_BYTES
+                                   : KIND == TILE_QGMMA ? QG_SMEM_BYTES
+                                                        : FR_SMEM_BYTES(BM);
 };
 
 template <int KIND>
@@ -38,7 +35,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         int rows_valid = (int)min((int64_t)S::BM, (int64_t)g.expert_offset[e + 1] - row0);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
-        else if constexpr (S::WIDE) f16_widen_tile<S::WIDEN>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
     }
 }
@@ -52,8 +48,7 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     CUtensorMap ta, tb;
     MOE_EP_CHECK(KIND == TILE_QGMMA ? qg_make_maps(g, rows_capacity, &ta, &tb)
                  : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
-                 : S::RS             ? fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb)
-                                     : ff_make_maps<S::WIDEN>(g, rows_capacity, &ta, &tb));
+                                     : fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb));
     if (S::RS) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)S::SMEM);
@@ -69,25 +64,17 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t r
 {
     if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
     if (kind == TILE_QGMMA) return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
-    if (kind == TILE_RS || kind == TILE_RS_64) {
-        int small = kind == TILE_RS_64;
-        switch (fr_format(g.a_fmt, g.b_fmt)) {
-        case RS_FP8_BLOCK:
-            return small ? launch<KIND_RS + 2 * RS_FP8_BLOCK + 1>(g, rows_capacity, num_sms, s, name)
-                         : launch<KIND_RS + 2 * RS_FP8_BLOCK>(g, rows_capacity, num_sms, s, name);
-        case RS_MXFP8:
-            return small ? launch<KIND_RS + 2 * RS_MXFP8 + 1>(g, rows_capacity, num_sms, s, name)
-                         : launch<KIND_RS + 2 * RS_MXFP8>(g, rows_capacity, num_sms, s, name);
-        case RS_W4A8:
-            return small ? launch<KIND_RS + 2 * RS_W4A8 + 1>(g, rows_capacity, num_sms, s, name)
-                         : launch<KIND_RS + 2 * RS_W4A8>(g, rows_capacity, num_sms, s, name);
-        default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
-        }
-    }
-    switch (ff_widen_format(g.a_fmt, g.b_fmt)) {
-#ifdef MOE_EP_WIDEN_EXPERIMENT
-    case WIDEN_NVFP4: return launch<TILE_WIDEN + WIDEN_NVFP4>(g, rows_capacity, num_sms, s, name);
-#endif
-    default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no fp16 tile for these formats", name);
+    int small = kind == TILE_RS_64;
+    switch (fr_format(g.a_fmt, g.b_fmt)) {
+    case RS_FP8_BLOCK:
+        return small ? launch<KIND_RS + 2 * RS_FP8_BLOCK + 1>(g, rows_capacity, num_sms, s, name)
+                     : launch<KIND_RS + 2 * RS_FP8_BLOCK>(g, rows_capacity, num_sms, s, name);
+    case RS_MXFP8:
+        return small ? launch<KIND_RS + 2 * RS_MXFP8 + 1>(g, rows_capacity, num_sms, s, name)
+                     : launch<KIND_RS + 2 * RS_MXFP8>(g, rows_capacity, num_sms, s, name);
+    case RS_W4A8:
+        return small ? launch<KIND_RS + 2 * RS_W4A8 + 1>(g, rows_capacity, num_sms, s, name)
+                     : launch<KIND_RS + 2 * RS_W4A8>(g, rows_capacity, num_sms, s, name);
+    default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
     }
 }
