@@ -3,26 +3,15 @@
  * tile's per-step fragment work (ld.shared.u16 + cvt e4m3x2 -> f16x2), and
  * the e4m3x2 -> f16x2 conversion rate alone. Two consumer warpgroups per
  * block (as the tile), one block per SM, every SM busy.
- *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -I../../src rs_rate.cu -o rs_rate && ./rs_rate
+ *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
+ *        rs_rate.cu -o rs_rate && ./rs_rate
  * Prints MACs per clock per SM (dense fp16 peak: 2048 on H100/H200). */
-#include "kernels/sm90/hopper.cuh"
+#include "kernels/sm90/fp8_rs_tile.cuh" /* fr_e4m3x2, the RS n64 / n128 wrappers */
 
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 
-__device__ __forceinline__ void rs_n64(float *d, const uint32_t *a, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-__device__ __forceinline__ void rs_n128(float *d, const uint32_t *a, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
 __device__ __forceinline__ void rs_n256(float *d, const uint32_t *a, uint64_t db)
 {
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, 1, 1, 1, 0;\n"
@@ -44,14 +33,6 @@ __device__ __forceinline__ void ss_n256(float *d, uint64_t da, uint64_t db)
 
 #define ITERS 2048
 
-__device__ __forceinline__ uint32_t cvt_e4m3x2(uint32_t p)
-{
-    uint16_t v;
-    uint32_t o;
-    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(p) : "memory");
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(v));
-    return o;
-}
 
 /* MODE: 0..2 RS n64/n128/n256 (fixed fragments), 3..4 SS n64/n256, 5 RS n64
  * with fragments loaded + converted per step (ring of 2 steps, as the tile),
@@ -80,12 +61,12 @@ __global__ void __launch_bounds__(384, 1) rate(long long *cycles, float *sink)
             if constexpr (MODE >= 5) {
                 if (s >= 2) wgmma_wait<1>();
                 uint32_t p = frag + ((s ^ (t & 7)) << 4);
-                a[s & 1][0] = cvt_e4m3x2(p), a[s & 1][1] = cvt_e4m3x2(p + 1024), a[s & 1][2] = cvt_e4m3x2(p + 8),
-                a[s & 1][3] = cvt_e4m3x2(p + 1032);
+                a[s & 1][0] = fr_e4m3x2(p), a[s & 1][1] = fr_e4m3x2(p + 1024), a[s & 1][2] = fr_e4m3x2(p + 8),
+                a[s & 1][3] = fr_e4m3x2(p + 1032);
             }
             wgmma_fence();
-            if constexpr (MODE == 0 || MODE == 5) rs_n64(d, a[s & 1], db + 2 * s);
-            if constexpr (MODE == 1 || MODE == 7) rs_n128(d, a[s & 1], db + 2 * s);
+            if constexpr (MODE == 0 || MODE == 5) wgmma_m64n64k16_f16_rs(d, a[s & 1], db + 2 * s, 1);
+            if constexpr (MODE == 1 || MODE == 7) wgmma_m64n128k16_f16_rs(d, a[s & 1], db + 2 * s, 1);
             if constexpr (MODE == 2 || MODE == 6) rs_n256(d, a[s & 1], db + 2 * s);
             if constexpr (MODE == 3) ss_n64(d, da + 2 * s, db + 2 * s);
             if constexpr (MODE == 4) ss_n256(d, da + 2 * s, db + 2 * s);
