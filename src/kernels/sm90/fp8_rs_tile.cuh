@@ -21,8 +21,9 @@
  * n128 at 65 %, n256 at 82 %; every shape fed from registers alone: 100 %).
  * n256 would need 2 x 128 accumulators per thread.
  *
- * K steps of 128 (one scale block): raw ring of FR_RAW_OF(BMA) stages (A 128 x 128 B,
- * B 256 x 128 B, both 128-byte swizzled by TMA), fp16 ring of FR_CVT stages
+ * K steps of 128 (one scale block): raw ring of FR_RAW_OF(BMA) stages (A 128 x
+ * 128 B, B 256 x 128 B, both 128-byte swizzled by TMA; W4A8's B 256 x 64 B,
+ * 64-byte swizzled), fp16 ring of FR_CVT stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
  * producer, FR_PRODUCER_REGS registers): thread 0 issues the TMA copies, all
  * 128 threads widen A and stage the scales. Warpgroups 1 and 2 (consumers,
