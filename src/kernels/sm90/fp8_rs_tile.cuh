@@ -64,7 +64,6 @@
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
 #define FR_RAW 2   /* raw stages of the 128-row instance: 48 KB each (the C tile, 133 KB, reuses the rings) */
 #define FR_CVT 2   /* fp16 activation stages: 32 KB each */
-#define FR_THREADS 384
 #define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
