@@ -31,9 +31,10 @@
 #define MODE_FP8_RS 5 /* the register tile (fp8_rs_tile.cuh): FP8-BLOCK */
 #define MODE_MX_RS 6  /* MXFP8 */
 #define MODE_W4_RS 7  /* W4A8 */
-#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS)
+#define MODE_NV_RS 8  /* NVFP4 */
+#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_RS(m))
-#define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : RS_FP8_BLOCK)
+#define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : RS_FP8_BLOCK)
 
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
@@ -679,6 +680,8 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
             return a->d.tile_rows == 64 ? launch<64, MODE_FP8_RS, 128>(a, s) : launch<FR_BM, MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
+        if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
+            return a->d.tile_rows == 64 ? launch<64, MODE_NV_RS, 0>(a, s) : launch<FR_BM, MODE_NV_RS, 0>(a, s);
         return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }
 }

@@ -57,8 +57,7 @@ static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast
 #define MOE_EP_RS_TILE_ROWS 128
 static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
 {
-    return (path == MOE_EP_PATH_FP8_BLOCK || path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8) && H % 256 == 0 &&
-           I % 128 == 0;
+    return path != MOE_EP_PATH_BF16 && H % 256 == 0 && I % 128 == 0;
 }
 
 /* Layers whose GEMMs run one tile kind at every T, so that a row's

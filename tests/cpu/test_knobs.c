@@ -484,7 +484,7 @@ static moe_ep_knobs_t resolve(moe_ep_layer_t l, int T, int may_read, moe_ep_knob
 static void put_ref_entry(const char *path, int tokens, int tile, int ctas)
 {
     moe_ep_knob_entry_t e = entry("cpu", MOE_EP_PATH_NVFP4, 8, tokens, tile, ctas);
-    e.key.backend = MOE_EP_BACKEND_REFERENCE, e.key.world = 2, e.key.K = 2, e.key.H = 256, e.key.I = 128;
+    e.key.backend = MOE_EP_BACKEND_REFERENCE, e.key.world = 2, e.key.K = 2, e.key.H = 128, e.key.I = 128;
     EXPECT(moe_ep_knob_cache_store(path, &e) == MOE_EP_SUCCESS, "store: %s", moe_ep_last_error());
 }
 
@@ -495,7 +495,7 @@ static void test_precedence(moe_ep_group_t g)
     setenv("MOE_EP_KNOB_CACHE", path, 1);
     put_ref_entry(path, 64, 64, 2);
     moe_ep_knob_source_t src;
-    moe_ep_layer_t l = ref_layer(g, MOE_EP_PATH_NVFP4, 256, NULL, 0);
+    moe_ep_layer_t l = ref_layer(g, MOE_EP_PATH_NVFP4, 128, NULL, 0);
     moe_ep_knobs_t k = resolve(l, 3, 0, &src); /* capturing: no file read yet */
     EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
     k = resolve(l, 64, 1, &src);
@@ -513,19 +513,19 @@ static void test_precedence(moe_ep_group_t g)
     moe_ep_layer_destroy(l);
     moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
     x.gemm_tile_rows = 16; /* explicit tile rows; CTAs from the cache */
-    l = ref_layer(g, MOE_EP_PATH_NVFP4, 256, &x, 0);
+    l = ref_layer(g, MOE_EP_PATH_NVFP4, 128, &x, 0);
     k = resolve(l, 3, 1, &src);
     EXPECT_KNOBS(k, src, 16, 1, MOE_EP_KNOBS_EXPLICIT); /* the tuned entry (64, 1) was written for bucket 4 */
     k = resolve(l, 4000, 1, &src);                      /* bucket 4096: nearest smaller is 64 */
     EXPECT_KNOBS(k, src, 16, 2, MOE_EP_KNOBS_EXPLICIT);
     moe_ep_layer_destroy(l);
     put_ref_entry(path, 1024, 128, 1); /* a stray 128 (wgmma) entry for an nvfp4 layer: the heuristic's tile */
-    l = ref_layer(g, MOE_EP_PATH_NVFP4, 256, NULL, 0);
+    l = ref_layer(g, MOE_EP_PATH_NVFP4, 128, NULL, 0);
     k = resolve(l, 1024, 1, &src);
     EXPECT_KNOBS(k, src, 64, 1, MOE_EP_KNOBS_CACHE);
     moe_ep_layer_destroy(l);
     setenv("MOE_EP_KNOB_CACHE", "off", 1); /* no reads */
-    l = ref_layer(g, MOE_EP_PATH_NVFP4, 256, NULL, 0);
+    l = ref_layer(g, MOE_EP_PATH_NVFP4, 128, NULL, 0);
     k = resolve(l, 64, 1, &src);
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
     moe_ep_layer_destroy(l);
@@ -556,7 +556,7 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     snprintf(xdg_file, sizeof xdg_file, "%s/moe_ep/knobs.txt", tmp_root);
     EXPECT(!file_exists(xdg_file) && !file_exists(path), "MOE_EP_KNOB_CACHE=off wrote a file");
     moe_ep_layer_destroy(l);
-    l = ref_layer(g, MOE_EP_PATH_NVFP4, 256, NULL, 1);
+    l = ref_layer(g, MOE_EP_PATH_NVFP4, 128, NULL, 1);
     k = resolve(l, 48, 1, &src); /* 8 local experts: rows <= 192 -> 16, else 64 */
     EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
     k = resolve(l, 49, 1, &src);
@@ -565,8 +565,9 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
     EXPECT(moe_ep_knobs_tune_candidates(l, 256, cand, 8, &n) == MOE_EP_SUCCESS && n == 4, "nvfp4 candidates: %d", n);
     moe_ep_layer_destroy(l);
-    static const moe_ep_path_t one_tile[3] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8, MOE_EP_PATH_W4A8};
-    for (int i = 0; i < 3; i++) { /* with H % 256, I % 128: the register tile at every T, 64 rows while */
+    static const moe_ep_path_t one_tile[4] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8, MOE_EP_PATH_W4A8,
+                                              MOE_EP_PATH_NVFP4};
+    for (int i = 0; i < 4; i++) { /* with H % 256, I % 128: the register tile at every T, 64 rows while */
         const char *name = moe_ep_path_name(one_tile[i]); /* experts get <= 32 rows on average, else 128 */
         l = ref_layer(g, one_tile[i], 256, NULL, 1);
         moe_ep_knobs_t x16 = MOE_EP_KNOBS_INIT;
@@ -583,7 +584,7 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     }
     moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
     x.gemm_ctas_per_sm = 3;
-    l = ref_layer(g, MOE_EP_PATH_NVFP4, 256, &x, 1);
+    l = ref_layer(g, MOE_EP_PATH_NVFP4, 128, &x, 1);
     EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 2 &&
                cand[0].gemm_ctas_per_sm == 3 && cand[1].gemm_ctas_per_sm == 3, "explicit CTAs: %d candidates", n);
     moe_ep_layer_destroy(l);
@@ -607,11 +608,11 @@ static void test_layer_api(moe_ep_group_t g)
         EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT && moe_ep_last_error()[0] && l == (moe_ep_layer_t)0x1,
                "bad knobs %zu: %s", i, moe_ep_status_string(st));
     }
-    /* 128 (the wgmma tile): bf16 with hidden % 256 == 0 and intermediate % 128 == 0 only */
+    /* 128 (a wgmma tile): only with hidden % 256 == 0 and intermediate % 128 == 0 */
     k = (moe_ep_knobs_t)MOE_EP_KNOBS_INIT;
-    k.gemm_tile_rows = 128, c.hidden = 256, c.path = MOE_EP_PATH_NVFP4;
-    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on nvfp4");
-    c.path = MOE_EP_PATH_MXFP8; /* mxfp8 (and fp8_block): their register tile, 64 or 128 rows, only */
+    k.gemm_tile_rows = 128, c.hidden = 128, c.path = MOE_EP_PATH_NVFP4;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on nvfp4, hidden 128");
+    c.hidden = 256, c.path = MOE_EP_PATH_MXFP8; /* the quantized paths: their register tile, 64 or 128 rows, only */
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on mxfp8: %s", moe_ep_last_error());
     moe_ep_layer_destroy(l);
     k.gemm_tile_rows = 16;

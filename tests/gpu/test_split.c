@@ -786,7 +786,7 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
 }
 
 /* Explicit knobs {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the HGMMA tile,
- * on bf16; FP8-BLOCK, MXFP8 and W4A8 with the wgmma shapes run only one tile kind:
+ * on bf16; the quantized paths with the wgmma shapes run only one tile kind:
  * the fp16 HGMMA register tile, 64 or 128 rows, or FP8-BLOCK's 64-row QGMMA
  * tile ({64, 1}, {64, 2}), and have nothing to tune), then
  * autotuning (into a temporary knob cache), then the cache, give the same
@@ -798,8 +798,7 @@ static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, co
                      rs[4][2] = {{64, 1}, {128, 1}, {64, 2}, {128, 2}};
     char label[96];
     int wg_shapes = f->H % 256 == 0 && f->I % 128 == 0;
-    int one_tile = (s.path == MOE_EP_PATH_FP8_BLOCK || s.path == MOE_EP_PATH_MXFP8 || s.path == MOE_EP_PATH_W4A8) &&
-                   wg_shapes;
+    int one_tile = s.path != MOE_EP_PATH_BF16 && wg_shapes; /* the quantized paths: the register tile */
     int on_qgmma = one_tile && s.fp8_fast_accum && s.path == MOE_EP_PATH_FP8_BLOCK;
     const int(*sets)[2] = on_qgmma ? qgmma : one_tile ? rs : all;
     int n_sets = on_qgmma ? 2 : one_tile ? 4 : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;

@@ -70,14 +70,20 @@
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
  * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 ? 104 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 ? 200 : 224)
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 104 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 200 : 224)
 
-enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2 };
+enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 
-/* MX scales (MXFP8, W4A8: UE8M0 per 32, folded per 128-wide K block); E2M1 weights (W4A8). */
-#define FR_MX(FMT) ((FMT) != RS_FP8_BLOCK)
-#define FR_E2M1(FMT) ((FMT) == RS_W4A8)
+/* MX scales (MXFP8, W4A8: UE8M0 per 32, folded per 128-wide K block); E2M1
+ * weights (W4A8, NVFP4); NVFP4 (E4M3 scales per 16 folded exactly, the
+ * global scales after the sum, no promotion). */
+#define FR_MX(FMT) ((FMT) == RS_MXFP8 || (FMT) == RS_W4A8)
+#define FR_E2M1(FMT) ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4)
+#define FR_NV(FMT) ((FMT) == RS_NVFP4)
+/* Bytes of one raw activation row per stage: E4M3 128, NVFP4's E2M1 64 (64-byte swizzle). */
+#define FR_AROW(FMT) (FR_NV(FMT) ? 64 : 128)
+#define FR_F16_2P14 0x74007400u /* 2^14 as f16x2: undoes fr_e2m1x2's 2^-14 */
 /* Bytes of one raw weight row per stage (128 K): E4M3 128 (128-byte
  * swizzle), E2M1 64 (64-byte swizzle: 16-byte chunk c of row r at
  * c ^ ((r >> 1) & 3)). */
@@ -110,11 +116,14 @@ struct fr_smem {
     float sxw[FR_CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                          rows); MXFP8: [cs][0] = 2^ref_x per activation row */
     float sw[FR_CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
-    uint32_t wm[FR_CVT][4][FR_BN];    /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2 */
-    uint32_t am[FR_CVT][4][BMA];      /* MXFP8: 2^-(ref_x - b) per k32 block and activation row */
+    uint32_t wm[FR_CVT][4][FR_BN];    /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2;
+                                         NVFP4: as uint16_t [8][FR_BN], the E4M3 scale per k16 block */
+    uint32_t am[FR_CVT][4][BMA];      /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
+                                         NVFP4: as uint16_t [8][BMA], the E4M3 scale per k16 block as f16 */
     uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
     int64_t row0;                     /* the tile's place, for the epilogue: kept here, not in */
     int rows_valid, n0;               /* registers across the K loop (the consumers need them all) */
+    float c_scale;                    /* NVFP4: 1 / (S_x S_w), applied to the sums; else 1 */
 };
 
 #define FR_SMEM_BYTES(BMA) (sizeof(fr_smem<BMA>) + 1024)
@@ -201,6 +210,13 @@ __device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
     return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
 }
 
+__device__ __forceinline__ uint32_t fr_ld_u16(uint32_t p)
+{
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
 {
     uint32_t v;
@@ -228,7 +244,10 @@ __device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int sw,
         uint32_t p = row_g + ((kk ^ sw) << 4);
         a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
     }
-    if constexpr (FR_MX(FMT))
+    if constexpr (FR_NV(FMT)) /* value x 2^-14 -> value (exact), then x its E4M3 scale (exact in fp16) */
+        a[0] = fr_hmul2(a[0], FR_F16_2P14), a[1] = fr_hmul2(a[1], FR_F16_2P14), a[2] = fr_hmul2(a[2], FR_F16_2P14),
+        a[3] = fr_hmul2(a[3], FR_F16_2P14);
+    if constexpr (FR_MX(FMT) || FR_NV(FMT))
         a[0] = fr_hmul2(a[0], m[0]), a[1] = fr_hmul2(a[1], m[1]), a[2] = fr_hmul2(a[2], m[0]), a[3] = fr_hmul2(a[3], m[1]);
 }
 
@@ -283,18 +302,35 @@ __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am)
 {
+    if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
 #pragma unroll
-    for (int i = 0; i < BMA * 8 / 128; i++) {
-        int r = t / 8 + 16 * i, j = t % 8;
-        uint4 lo, hi;
-        e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
-        if constexpr (FR_MX(FMT)) {
-            uint32_t m = fr_ld_u32(am + ((j / 2) * BMA + r) * 4);
-            lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
-            hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
+        for (int i = 0; i < BMA * 4 / 128; i++) {
+            int r = t / 4 + 32 * i, j = t % 4;
+            uint4 v = *(const uint4 *)(raw + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) { /* elements 32 j + 8 u .. + 7, scale block 2 j + u / 2 */
+                uint32_t sc = fr_ld_u16(am + ((2 * j + u / 2) * BMA + r) * 2), m = sc | sc << 16, o[4];
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+                    o[b] = fr_hmul2(fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), FR_F16_2P14), m);
+                fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
+            }
         }
-        fr_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
-        fr_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
+    } else {
+#pragma unroll
+        for (int i = 0; i < BMA * 8 / 128; i++) {
+            int r = t / 8 + 16 * i, j = t % 8;
+            uint4 lo, hi;
+            e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
+            if constexpr (FR_MX(FMT)) {
+                uint32_t m = fr_ld_u32(am + ((j / 2) * BMA + r) * 4);
+                lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
+                hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
+            }
+            fr_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
+            fr_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
+        }
     }
 }
 
@@ -306,6 +342,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
 struct fr_stage_scales {
     uint32_t wa, ww[2];
     float p0, p1;
+    uint2 na, nw[2]; /* NVFP4: the 8 E4M3 scales of activation row t, weight rows t, t + 128 */
 };
 
 template <int FMT, int BMA>
@@ -315,7 +352,11 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
     rows_valid = min(rows_valid, BMA); /* activation row t only while t < BMA */
     const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
     fr_stage_scales r = {};
-    if constexpr (FR_MX(FMT)) {
+    if constexpr (FR_NV(FMT)) {
+        if (t < rows_valid) r.na = __ldcg((const uint2 *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+#pragma unroll
+        for (int i = 0; i < 2; i++) r.nw[i] = __ldcg((const uint2 *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
+    } else if constexpr (FR_MX(FMT)) {
         if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
 #pragma unroll
         for (int i = 0; i < 2; i++) r.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
@@ -330,10 +371,27 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 /* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
  * rows), 2^ref_w and the multipliers of weight rows t, t + 128. */
+/* Eight E4M3 bytes -> eight f16 (exact) into a uint16_t table, stride apart. */
+__device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2 v)
+{
+    uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t o;
+        uint16_t pr = (uint16_t)(w[i / 2] >> (16 * (i % 2)));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(pr));
+        out[(2 * i) * stride] = (uint16_t)o, out[(2 * i + 1) * stride] = (uint16_t)(o >> 16);
+    }
+}
+
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_store_scales(fr_smem<BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
-    if constexpr (FR_MX(FMT)) {
+    if constexpr (FR_NV(FMT)) { /* rows past the valid ones: scale 0 */
+        if (t < BMA) fr_store_e4m3x8((uint16_t *)&s.am[cs][0][0] + t, BMA, t < rows_valid ? w.na : make_uint2(0, 0));
+#pragma unroll
+        for (int i = 0; i < 2; i++) fr_store_e4m3x8((uint16_t *)&s.wm[cs][0][0] + t + 128 * i, FR_BN, w.nw[i]);
+    } else if constexpr (FR_MX(FMT)) {
         if (t < BMA) {
             uint32_t ref = fr_mx_ref(w.wa);
             s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
@@ -374,8 +432,8 @@ __device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, 
         if (t == 0 && kt < n_k) { /* raw stage kt: fr_smem<BMA>::RAW - 1 ahead of the one widened */
             int st = kt % fr_smem<BMA>::RAW;
             mbar_wait(&s.raw_empty[st], ((kt / fr_smem<BMA>::RAW) & 1) ^ 1);
-            mbar_expect_tx(&s.raw_full[st], BMA * FR_BK + FR_BN * FR_WROW(FMT));
-            tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_BK, (int)row0);
+            mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
+            tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
         }
         int cv = kt - (fr_smem<BMA>::RAW - 1);
@@ -386,7 +444,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, 
         mbar_wait(&s.raw_full[rs], (cv / fr_smem<BMA>::RAW) & 1);
         mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
         fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
-        if constexpr (FR_MX(FMT)) fr_producer_barrier(); /* the widening reads other rows' multipliers */
+        if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
         fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
         mbar_arrive(&s.raw_empty[rs]);
@@ -416,7 +474,7 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<BMA> &s, int h, int 
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + (FR_E2M1(FMT) ? 0 : 2 * q);
     a.act = smem_u32(s.a[0][0]);
     a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
-    a.wm = smem_u32(&s.wm[0][0][128 * h + g]);
+    a.wm = smem_u32(&s.wm[0][0][0]) + (128 * h + g) * (FR_NV(FMT) ? 2 : 4);
     a.sw = smem_u32(&s.sw[0][128 * h + g]);
     a.sw_key = FR_E2M1(FMT) ? (g >> 1) & 3 : g & 7, a.q = q;
     return a;
@@ -439,11 +497,16 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
             uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
             m[0] = fr_ld_u32(wm), m[1] = fr_ld_u32(wm + 32);
         }
+        if constexpr (FR_NV(FMT)) { /* the k16 block's E4M3 scales of rows g, g + 8 (f16) */
+            uint32_t wm = ad.wm + cs * FR_WM_STAGE + kk * FR_BN * 2 + B * 128;
+            m[0] = fr_ld_u16(wm), m[1] = fr_ld_u16(wm + 16);
+            m[0] |= m[0] << 16, m[1] |= m[1] << 16;
+        }
         fr_fragment<FMT>(a[kk % FR_RING], row_g, ad.sw_key, ad.q, kk, m);
         wgmma_fence();
         /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
-        fr_wgmma<BMA>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
+        fr_wgmma<BMA>(part, a[kk % FR_RING], db, FR_NV(FMT) || kk > 0 ? 1 : 0); /* NVFP4: part is acc */
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -506,6 +569,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int i = 0; i < FR_CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
+        s.c_scale = FR_NV(FMT) ? __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e])) : 1.0f; /* as the mma.sync tile */
     }
     __syncthreads();
     if (wg == 0) {
@@ -524,16 +588,26 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             int rs = kt % smem_t::RAW, cs = kt % FR_CVT;
             mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
-            fr_block<FMT, BMA, 0>(part, ad, rs, cs);
-            fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE);
-            fr_block<FMT, BMA, 1>(part, ad, rs, cs);
-            fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE + 256);
+            if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
+                fr_block<FMT, BMA, 0>(acc[0], ad, rs, cs);
+                fr_block<FMT, BMA, 1>(acc[1], ad, rs, cs);
+            } else {
+                fr_block<FMT, BMA, 0>(part, ad, rs, cs);
+                fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE);
+                fr_block<FMT, BMA, 1>(part, ad, rs, cs);
+                fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE + 256);
+            }
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
         float(*C)[FR_BN + 4] = (float(*)[FR_BN + 4])(void *)&s;
         h = threadIdx.x / 128 - 1, lane = threadIdx.x % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
+        if constexpr (FR_NV(FMT)) {
+            const float sc = s.c_scale;
+#pragma unroll
+            for (int i = 0; i < BMA / 2; i++) acc[0][i] = __fmul_rn(acc[0][i], sc), acc[1][i] = __fmul_rn(acc[1][i], sc);
+        }
         fr_store_fragment<BMA>(C, acc[0], 128 * h, g8, q);
         fr_store_fragment<BMA>(C, acc[1], 128 * h + 64, g8, q);
         wg_consumer_barrier();
@@ -553,6 +627,7 @@ __host__ __device__ __forceinline__ int fr_format(moe_ep_format_t a, moe_ep_form
     if (a == MOE_EP_FORMAT_FP8_BLOCK && b == MOE_EP_FORMAT_FP8_BLOCK) return RS_FP8_BLOCK;
     if (a == MOE_EP_FORMAT_MXFP8 && b == MOE_EP_FORMAT_MXFP8) return RS_MXFP8;
     if (a == MOE_EP_FORMAT_MXFP8 && b == MOE_EP_FORMAT_MXFP4) return RS_W4A8;
+    if (a == MOE_EP_FORMAT_NVFP4 && b == MOE_EP_FORMAT_NVFP4) return RS_NVFP4;
     return -1;
 }
 
@@ -566,8 +641,9 @@ static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capa
     if (fmt < 0 || g.N % FR_BN || g.K % FR_BK)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL,
                            "the FP8 register tile: FP8-BLOCK, MXFP8 or W4A8 operands, N %% 256, K %% 128");
-    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, BMA));
-    if (fmt == RS_W4A8) return tma_map_rows_swizzle64(tb, g.b, (int64_t)g.E * g.N, g.K / 2, FR_BN);
+    if (fmt == RS_NVFP4) MOE_EP_CHECK(tma_map_rows_swizzle64(ta, g.a, rows_capacity, g.K / 2, BMA));
+    else MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, BMA));
+    if (fmt == RS_W4A8 || fmt == RS_NVFP4) return tma_map_rows_swizzle64(tb, g.b, (int64_t)g.E * g.N, g.K / 2, FR_BN);
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);
 }
 

@@ -75,6 +75,9 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t r
     case RS_W4A8:
         return small ? launch<KIND_RS + 2 * RS_W4A8 + 1>(g, rows_capacity, num_sms, s, name)
                      : launch<KIND_RS + 2 * RS_W4A8>(g, rows_capacity, num_sms, s, name);
+    case RS_NVFP4:
+        return small ? launch<KIND_RS + 2 * RS_NVFP4 + 1>(g, rows_capacity, num_sms, s, name)
+                     : launch<KIND_RS + 2 * RS_NVFP4>(g, rows_capacity, num_sms, s, name);
     default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
     }
 }
