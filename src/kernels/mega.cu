@@ -557,7 +557,7 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
-    else if constexpr (MODE_RS(MODE)) return (FR_SMEM_BYTES(BM) + 15) / 16 * 16;
+    else if constexpr (MODE_RS(MODE)) return (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
 

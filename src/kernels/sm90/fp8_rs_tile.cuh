@@ -21,7 +21,7 @@
  * n128 at 65 %, n256 at 82 %; every shape fed from registers alone: 100 %).
  * n256 would need 2 x 128 accumulators per thread.
  *
- * K steps of 128 (one scale block): raw ring of FR_RAW_OF(BMA) stages (A 128 x
+ * K steps of 128 (one scale block): raw ring of FR_RAW_OF(FMT, BMA) stages (A 128 x
  * 128 B, B 256 x 128 B, both 128-byte swizzled by TMA; W4A8's B 256 x 64 B,
  * 64-byte swizzled), fp16 ring of FR_CVT stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
@@ -62,9 +62,9 @@
 #define FR_BM 128  /* activation rows (the wgmma N): 128, or 64 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
-#define FR_RAW 2   /* raw stages of the 128-row instance: 48 KB each (the C tile, 133 KB, reuses the rings) */
 #define FR_CVT 2   /* fp16 activation stages: 32 KB each */
 #define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
+#define FR_NV_RING 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
@@ -103,22 +103,35 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
     return MOE_EP_SUCCESS;
 }
 
-/* Shared memory of the tile with BMA activation rows: the 64-row instance
- * (decode: the weights stream through it) keeps 4 raw stages in flight. */
-#define FR_RAW_OF(BMA) ((BMA) == 128 ? FR_RAW : 4)
+/* Raw stages in flight: as many as fit beside the fp16 stages and the
+ * scales (227 KB per block), at most 4. A raw stage is held from its TMA
+ * until the consumers have read its weights, so its load latency must hide
+ * behind the other stages' compute: E4M3 operands at 128 rows (48 KB a
+ * stage) fit 3; the E2M1 ones and the 64-row instance 4. */
+#define FR_RAW_OF(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 4 : (FMT) == RS_FP8_BLOCK ? 3 : 2)
+/* Scale blocks per stage kept for the multipliers: MXFP8 and W4A8 4 k32
+ * blocks, NVFP4 8 k16 blocks (16-bit), FP8-BLOCK none (1 to keep the arrays). */
+#define FR_MULT_BLOCKS(FMT) ((FMT) == RS_FP8_BLOCK ? 1 : 4)
+/* Shared memory a block may have (sm_90: 227 KB), less what the tile leaves to
+ * a persistent kernel around it (mega: its counters and tables, 4 KB + 8 B per expert). */
+#define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024)
 
-template <int BMA>
+template <int FMT, int BMA>
 struct fr_smem {
-    static constexpr int RAW = FR_RAW_OF(BMA);
-    __half a[FR_CVT][2][BMA * 64];    /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
-    uint8_t ra[RAW][BMA * FR_BK];     /* raw E4M3 activations, BMA * 128 B per stage (128-byte swizzle) */
-    uint8_t rb[RAW][FR_BN * FR_BK];   /* raw weights, 32 KB per stage: E4M3 (128-byte swizzle), E2M1 uses 16 KB */
+    static constexpr int RAW = FR_RAW_OF(FMT, BMA);
+    __half a[FR_CVT][2][BMA * 64];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
+    uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
+                                              swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
+    uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
+    static constexpr int RINGS = FR_CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
+    static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
+    uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[FR_CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                          rows); MXFP8: [cs][0] = 2^ref_x per activation row */
     float sw[FR_CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
-    uint32_t wm[FR_CVT][4][FR_BN];    /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2;
+    uint32_t wm[FR_CVT][FR_MULT_BLOCKS(FMT)][FR_BN]; /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2;
                                          NVFP4: as uint16_t [8][FR_BN], the E4M3 scale per k16 block */
-    uint32_t am[FR_CVT][4][BMA];      /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
+    uint32_t am[FR_CVT][FR_MULT_BLOCKS(FMT)][BMA]; /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
                                          NVFP4: as uint16_t [8][BMA], the E4M3 scale per k16 block as f16 */
     uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
     int64_t row0;                     /* the tile's place, for the epilogue: kept here, not in */
@@ -126,7 +139,11 @@ struct fr_smem {
     float c_scale;                    /* NVFP4: 1 / (S_x S_w), applied to the sums; else 1 */
 };
 
-#define FR_SMEM_BYTES(BMA) (sizeof(fr_smem<BMA>) + 1024)
+#define FR_SMEM_BYTES(FMT, BMA) (sizeof(fr_smem<FMT, BMA>) + 1024)
+static_assert(FR_SMEM_BYTES(RS_FP8_BLOCK, 128) <= FR_SMEM_LIMIT && FR_SMEM_BYTES(RS_MXFP8, 128) <= FR_SMEM_LIMIT &&
+                  FR_SMEM_BYTES(RS_W4A8, 128) <= FR_SMEM_LIMIT && FR_SMEM_BYTES(RS_NVFP4, 128) <= FR_SMEM_LIMIT &&
+                  FR_SMEM_BYTES(RS_FP8_BLOCK, 64) <= FR_SMEM_LIMIT && FR_SMEM_BYTES(RS_MXFP8, 64) <= FR_SMEM_LIMIT,
+              "the register tile's shared memory");
 
 /* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
@@ -196,12 +213,6 @@ __device__ __forceinline__ float fr_ld_f32(uint32_t p)
     return v;
 }
 
-/* The A fragment of k16 step kk from a raw weight stage (128-byte rows,
- * 128-byte swizzle: 16-byte chunk kk of row r at ((kk ^ (r & 7)) << 4)),
- * rows g and g + 8 (same r & 7): a[0] (g, k 2q, 2q+1), a[1] (g + 8, same),
- * a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same). row_g: the shared address of
- * row g's byte 2 q. MXFP8: m[0], m[1] = the k32 block's multipliers of rows
- * g and g + 8 (f16x2). */
 /* One E2M1 pair (byte: element 2j low nibble, 2j + 1 high) as fp16 bits of
  * value x 2^-14 each (low nibble -> low half). */
 __device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
@@ -222,33 +233,6 @@ __device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
     uint32_t v;
     asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(p) : "memory");
     return v;
-}
-
-/* The A fragment of k16 step kk from a raw weight stage, rows g and g + 8:
- * a[0] (g, k 2q, 2q+1), a[1] (g + 8, same), a[2] (g, k 2q+8, 2q+9), a[3]
- * (g + 8, same). E4M3 (128-byte rows, 128-byte swizzle: 16-byte chunk kk of
- * row r at ((kk ^ (r & 7)) << 4)): row_g is the shared address of row g's
- * byte 2 q, sw = g & 7. E2M1 (64-byte rows, 64-byte swizzle): row_g is row
- * g's first byte, sw = (g >> 1) & 3; step kk is bytes 8 kk .. 8 kk + 7 of a
- * row, element pair q in byte q, pair q + 4 in byte q + 4 (one byte load
- * each: wider loads cost registers the mega kernel does not have). MX: m[0], m[1] =
- * the k32 block's multipliers of rows g and g + 8 (f16x2). */
-template <int FMT>
-__device__ __forceinline__ void fr_fragment(uint32_t *a, uint32_t row_g, int sw, int q, int kk, const uint32_t *m)
-{
-    if constexpr (FR_E2M1(FMT)) {
-        uint32_t p = row_g + ((((kk >> 1) ^ sw) << 4) | ((kk & 1) << 3)) + q;
-        a[0] = fr_e2m1x2(fr_ld_u8(p)), a[2] = fr_e2m1x2(fr_ld_u8(p + 4));
-        a[1] = fr_e2m1x2(fr_ld_u8(p + 8 * 64)), a[3] = fr_e2m1x2(fr_ld_u8(p + 8 * 64 + 4));
-    } else {
-        uint32_t p = row_g + ((kk ^ sw) << 4);
-        a[0] = fr_e4m3x2(p), a[1] = fr_e4m3x2(p + 8 * FR_BK), a[2] = fr_e4m3x2(p + 8), a[3] = fr_e4m3x2(p + 8 * FR_BK + 8);
-    }
-    if constexpr (FR_NV(FMT)) /* value x 2^-14 -> value (exact), then x its E4M3 scale (exact in fp16) */
-        a[0] = fr_hmul2(a[0], FR_F16_2P14), a[1] = fr_hmul2(a[1], FR_F16_2P14), a[2] = fr_hmul2(a[2], FR_F16_2P14),
-        a[3] = fr_hmul2(a[3], FR_F16_2P14);
-    if constexpr (FR_MX(FMT) || FR_NV(FMT))
-        a[0] = fr_hmul2(a[0], m[0]), a[1] = fr_hmul2(a[1], m[1]), a[2] = fr_hmul2(a[2], m[0]), a[3] = fr_hmul2(a[3], m[1]);
 }
 
 /* MXFP8: the 128-block's reference byte (the largest of the four UE8M0 bytes
@@ -385,7 +369,7 @@ __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2
 }
 
 template <int FMT, int BMA>
-__device__ __forceinline__ void fr_store_scales(fr_smem<BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
+__device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
     if constexpr (FR_NV(FMT)) { /* rows past the valid ones: scale 0 */
         if (t < BMA) fr_store_e4m3x8((uint16_t *)&s.am[cs][0][0] + t, BMA, t < rows_valid ? w.na : make_uint2(0, 0));
@@ -419,7 +403,7 @@ __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
  * widening of A by all 128 threads. */
 template <int FMT, int BMA>
-__device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, const CUtensorMap *ta,
+__device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
                                            int n_k, int t)
 {
@@ -428,27 +412,35 @@ __device__ __forceinline__ void fr_produce(fr_smem<BMA> &s, const gemm_args &g, 
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
     fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
-    for (int kt = 0; kt < n_k + fr_smem<BMA>::RAW - 1; kt++) {
-        if (t == 0 && kt < n_k) { /* raw stage kt: fr_smem<BMA>::RAW - 1 ahead of the one widened */
-            int st = kt % fr_smem<BMA>::RAW;
-            mbar_wait(&s.raw_empty[st], ((kt / fr_smem<BMA>::RAW) & 1) ^ 1);
+    constexpr int RAW = fr_smem<FMT, BMA>::RAW;
+    /* Iteration kt widens stage kt - (RAW - 1), then issues the TMA of stage
+     * kt. That TMA waits until the consumers are done with stage kt - RAW,
+     * so it comes second: the widening of the next stage then overlaps the
+     * consumers' current one, and each raw stage has RAW - 1 stages of
+     * compute to land. */
+#pragma unroll 1
+    for (int kt = 0; kt < n_k + RAW - 1; kt++) {
+        const int cv = kt - (RAW - 1);
+        if (cv >= 0) {
+            int rs = cv % RAW, cs = cv % FR_CVT;
+            const fr_stage_scales cur = next;
+            if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
+            mbar_wait(&s.raw_full[rs], (cv / RAW) & 1);
+            mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
+            fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
+            if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
+            fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
+            mbar_arrive(&s.raw_empty[rs]);
+            mbar_arrive(&s.cvt_full[cs]);
+        }
+        if (t == 0 && kt < n_k) { /* raw stage kt, RAW - 1 ahead of the one widened */
+            int st = kt % RAW;
+            mbar_wait(&s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
             mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
         }
-        int cv = kt - (fr_smem<BMA>::RAW - 1);
-        if (cv < 0) continue;
-        int rs = cv % fr_smem<BMA>::RAW, cs = cv % FR_CVT;
-        const fr_stage_scales cur = next;
-        if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
-        mbar_wait(&s.raw_full[rs], (cv / fr_smem<BMA>::RAW) & 1);
-        mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
-        fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
-        if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
-        fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
-        mbar_arrive(&s.raw_empty[rs]);
-        mbar_arrive(&s.cvt_full[cs]);
     }
 }
 
@@ -461,14 +453,14 @@ struct fr_addr {
     int sw_key, q; /* the fragment rows' swizzle key (fr_fragment) and the lane's pair q */
 };
 
-#define FR_RB_STAGE (FR_BN * FR_BK)        /* bytes between raw weight stages */
+#define FR_RB_STAGE(FMT) (FR_BN * FR_WROW(FMT)) /* bytes between raw weight stages */
 #define FR_A_STAGE(BMA) (2 * (BMA) * 64 * 2) /* bytes between fp16 activation stages */
 #define FR_SXW_STAGE(BMA) (2 * (BMA) * 4)    /* bytes between scale-product stages */
 #define FR_WM_STAGE (4 * FR_BN * 4)     /* MXFP8: bytes between multiplier stages (k32 blocks FR_BN * 4 apart) */
 #define FR_SW_STAGE (FR_BN * 4)         /* MXFP8: bytes between 2^ref_w stages */
 
 template <int FMT, int BMA>
-__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<BMA> &s, int h, int g, int q)
+__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h, int g, int q)
 {
     fr_addr a;
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + (FR_E2M1(FMT) ? 0 : 2 * q);
@@ -480,34 +472,123 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<BMA> &s, int h, int 
     return a;
 }
 
-/* m64 block B of the consumer on stage (rs, cs): part = the block's 128-K
- * sum, 8 k16 steps of wgmma m64nBMAk16 (one commit group each). Step kk's A
- * fragments are loaded once step kk - FR_RING (the same registers) is done,
- * while up to FR_RING - 1 steps run; then every step is waited for (the
- * caller promotes part). MXFP8: the k32 block's multipliers of rows g, g + 8. */
-template <int FMT, int BMA, int B>
-__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
+/* The raw bytes of one k16 step's A fragment and its multipliers, loaded a
+ * step before they are widened: the shared-memory latency then hides behind
+ * the wgmmas in flight instead of stalling the next one (Nsight Compute on
+ * the tile: the widening waiting on these loads was the consumers' largest
+ * stall). v[i] is the pair of fragment register a[i]; m[0], m[1] the
+ * multipliers of rows g and g + 8 (f16x2; MX and NVFP4 only). */
+/* Whether the consumers load each step's bytes a step ahead: not for the MX
+ * formats at 128 rows, whose registers are all taken in the mega kernel. */
+#define FR_PREFETCH(FMT, BMA) (!(FR_MX(FMT) && (BMA) == 128))
+struct fr_raw {
+    uint32_t v[4], m[2];
+};
+
+/* Step kk of m64 block B on stage (rs, cs), rows g and g + 8: a[0] (g, k 2q,
+ * 2q+1), a[1] (g + 8, same), a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same).
+ * E4M3 (128-byte rows, 128-byte swizzle: 16-byte chunk kk of row r at
+ * ((kk ^ (r & 7)) << 4)): ad.frag is the address of row g's byte 2 q, sw =
+ * g & 7. E2M1 (64-byte rows, 64-byte swizzle): ad.frag is row g's first
+ * byte, sw = (g >> 1) & 3; step kk is bytes 8 kk .. 8 kk + 7 of a row,
+ * element pair q in byte q, pair q + 4 in byte q + 4 (one byte load each:
+ * wider loads cost registers the mega kernel does not have). NVFP4: the
+ * k16 block's E4M3 scales as f16 (MX: fr_block loads its multipliers). */
+template <int FMT, int BMA>
+__device__ __forceinline__ fr_raw fr_load_step(const fr_addr &ad, int rs, int cs, int B, int kk, const fr_raw &prev)
 {
-    uint32_t row_g = ad.frag + rs * FR_RB_STAGE + B * 64 * FR_WROW(FMT), act = ad.act + cs * FR_A_STAGE(BMA);
-    uint32_t a[FR_RING][4], m[2] = {0u, 0u};
+    fr_raw r;
+    const uint32_t row_g = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT);
+    if constexpr (FR_E2M1(FMT)) {
+        uint32_t p = row_g + ((((kk >> 1) ^ ad.sw_key) << 4) | ((kk & 1) << 3)) + ad.q;
+        r.v[0] = fr_ld_u8(p), r.v[1] = fr_ld_u8(p + 8 * 64), r.v[2] = fr_ld_u8(p + 4), r.v[3] = fr_ld_u8(p + 8 * 64 + 4);
+    } else {
+        uint32_t p = row_g + ((kk ^ ad.sw_key) << 4);
+        r.v[0] = fr_ld_u16(p), r.v[1] = fr_ld_u16(p + 8 * FR_BK), r.v[2] = fr_ld_u16(p + 8), r.v[3] = fr_ld_u16(p + 8 * FR_BK + 8);
+    }
+    r.m[0] = prev.m[0], r.m[1] = prev.m[1];
+    if constexpr (FR_NV(FMT)) {
+        uint32_t wm = ad.wm + cs * FR_WM_STAGE + kk * FR_BN * 2 + B * 128;
+        r.m[0] = fr_ld_u16(wm), r.m[1] = fr_ld_u16(wm + 16);
+    }
+    return r;
+}
+
+/* The fragment of fr_load_step's bytes, widened to f16x2 (exact). */
+template <int FMT>
+__device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (FR_E2M1(FMT)) {
+            a[i] = fr_e2m1x2(r.v[i]);
+        } else {
+            asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(a[i]) : "h"((uint16_t)r.v[i]));
+        }
+    }
+    if constexpr (FR_NV(FMT)) /* value x 2^-14 -> value (exact), then x its E4M3 scale (exact in fp16) */
+        a[0] = fr_hmul2(a[0], FR_F16_2P14), a[1] = fr_hmul2(a[1], FR_F16_2P14), a[2] = fr_hmul2(a[2], FR_F16_2P14),
+        a[3] = fr_hmul2(a[3], FR_F16_2P14);
+    if constexpr (FR_MX(FMT) || FR_NV(FMT)) {
+        uint32_t m0 = r.m[0], m1 = r.m[1];
+        if constexpr (FR_NV(FMT)) m0 |= m0 << 16, m1 |= m1 << 16;
+        a[0] = fr_hmul2(a[0], m0), a[1] = fr_hmul2(a[1], m1), a[2] = fr_hmul2(a[2], m0), a[3] = fr_hmul2(a[3], m1);
+    }
+}
+
+/* m64 block B of the consumer on stage (rs, cs): part = the block's 128-K
+ * sum, 8 k16 steps of wgmma m64nBMAk16 (one commit group each). r holds
+ * step 0's bytes (fr_load_step); each step widens its bytes into
+ * a[kk % FR_RING] once step kk - FR_RING (the same registers) is done, issues
+ * its wgmma, then loads the next step's bytes - for B = 0's last step those
+ * of block 1's step 0, which land during the wait and the promotion (without
+ * FR_PREFETCH: each step loads its own bytes first). Then
+ * every step is waited for (the caller promotes part). */
+template <int FMT, int BMA, int B>
+__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs, fr_raw &r)
+{
+    const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
+    uint32_t a[FR_RING][4];
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
-        if (FR_MX(FMT) && kk % 2 == 0) {
+        if constexpr (!FR_PREFETCH(FMT, BMA)) r = fr_load_step<FMT, BMA>(ad, rs, cs, B, kk, r);
+        if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers: too few registers to load them a step ahead */
             uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
-            m[0] = fr_ld_u32(wm), m[1] = fr_ld_u32(wm + 32);
+            r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
         }
-        if constexpr (FR_NV(FMT)) { /* the k16 block's E4M3 scales of rows g, g + 8 (f16) */
-            uint32_t wm = ad.wm + cs * FR_WM_STAGE + kk * FR_BN * 2 + B * 128;
-            m[0] = fr_ld_u16(wm), m[1] = fr_ld_u16(wm + 16);
-            m[0] |= m[0] << 16, m[1] |= m[1] << 16;
-        }
-        fr_fragment<FMT>(a[kk % FR_RING], row_g, ad.sw_key, ad.q, kk, m);
+        fr_widen_step<FMT>(a[kk % FR_RING], r);
         wgmma_fence();
         /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
-        fr_wgmma<BMA>(part, a[kk % FR_RING], db, FR_NV(FMT) || kk > 0 ? 1 : 0); /* NVFP4: part is acc */
+        fr_wgmma<BMA>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
         wgmma_commit();
+        if (FR_PREFETCH(FMT, BMA) && kk < 7) r = fr_load_step<FMT, BMA>(ad, rs, cs, B, kk + 1, r);
+        else if (FR_PREFETCH(FMT, BMA) && B == 0) r = fr_load_step<FMT, BMA>(ad, rs, cs, 1, 0, r);
+    }
+    wgmma_wait<0>();
+}
+
+/* NVFP4 on stage (rs, cs): no promotion, so the two m64 blocks' k16 steps
+ * alternate into their own accumulators acc[0], acc[1] (16 commit groups,
+ * FR_NV_RING - 1 wgmmas in flight while a fragment is widened) and the
+ * warpgroup waits once per stage, before the stage is released. */
+template <int BMA>
+__device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
+{
+    const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
+    uint32_t a[FR_NV_RING][4];
+    fr_raw r = fr_load_step<RS_NVFP4, BMA>(ad, rs, cs, 0, 0, fr_raw{});
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int kk = i / 2, b = i % 2; /* k16 step, m64 block */
+        if (i >= FR_NV_RING) wgmma_wait<FR_NV_RING - 1>(); /* step i - FR_NV_RING freed a[i % FR_NV_RING] */
+        fr_widen_step<RS_NVFP4>(a[i % FR_NV_RING], r);
+        wgmma_fence();
+        uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
+        fr_wgmma<BMA>(acc[b], a[i % FR_NV_RING], db, 1);
+        wgmma_commit();
+        if (i < 15) r = fr_load_step<RS_NVFP4, BMA>(ad, rs, cs, (i + 1) % 2, (i + 1) / 2, r);
     }
     wgmma_wait<0>();
 }
@@ -560,7 +641,7 @@ template <int FMT, int BMA>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
-    typedef fr_smem<BMA> smem_t;
+    typedef fr_smem<FMT, BMA> smem_t;
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
@@ -589,12 +670,13 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
             if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
-                fr_block<FMT, BMA, 0>(acc[0], ad, rs, cs);
-                fr_block<FMT, BMA, 1>(acc[1], ad, rs, cs);
+                fr_stage_nv<BMA>(acc, ad, rs, cs);
             } else {
-                fr_block<FMT, BMA, 0>(part, ad, rs, cs);
+                fr_raw r = {};
+                if constexpr (FR_PREFETCH(FMT, BMA)) r = fr_load_step<FMT, BMA>(ad, rs, cs, 0, 0, r);
+                fr_block<FMT, BMA, 0>(part, ad, rs, cs, r);
                 fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE);
-                fr_block<FMT, BMA, 1>(part, ad, rs, cs);
+                fr_block<FMT, BMA, 1>(part, ad, rs, cs, r);
                 fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE + 256);
             }
             mbar_arrive(&s.raw_empty[rs]);

@@ -17,7 +17,7 @@ struct tile_shape {
     static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? ((KIND - KIND_RS) % 2 ? 64 : FR_BM) : 64, BN = 256;
     static constexpr size_t SMEM = KIND == TILE_BF16    ? WG_SMEM_BYTES
                                    : KIND == TILE_QGMMA ? QG_SMEM_BYTES
-                                                        : FR_SMEM_BYTES(BM);
+                                                        : FR_SMEM_BYTES(RS_FMT, BM);
 };
 
 template <int KIND>
