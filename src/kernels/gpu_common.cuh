@@ -25,7 +25,7 @@ static inline moe_ep_status_t moe_ep_launch_check(const char *what)
 /* Blocks of a grid-stride loop over n items: n, at most blocks_per_sm per SM. */
 static inline unsigned moe_ep_stride_grid(int64_t n, int sms, int blocks_per_sm)
 {
-    int64_t cap = (int64_t)sms * blocks_per_sm;
+    int64_t cap = (int64_t)(sms > 0 ? sms : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1); /* never a 0-block grid */
     return (unsigned)(n < 1 ? 1 : (n < cap ? n : cap));
 }
 
