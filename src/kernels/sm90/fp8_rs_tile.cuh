@@ -325,7 +325,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
  * (fp32 per 128 x 128; 0 past the valid rows). */
 struct fr_stage_scales {
     uint32_t wa, ww[2];
-    float p0, p1;
+    float sx, sw[2]; /* FP8-BLOCK: s_x of activation row t, s_w of the tile's two 128-row weight blocks */
     uint2 na, nw[2]; /* NVFP4: the 8 E4M3 scales of activation row t, weight rows t, t + 128 */
 };
 
@@ -345,9 +345,10 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 #pragma unroll
         for (int i = 0; i < 2; i++) r.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
     } else if (t < rows_valid) {
-        float sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
-        r.p0 = sx * __ldcg((const float *)(g.b_scales + b_row * b_sb) + cv);
-        r.p1 = sx * __ldcg((const float *)(g.b_scales + (b_row + 128) * b_sb) + cv);
+        /* loaded only: multiplied when staged, a stage later (a product here would wait for the loads) */
+        r.sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+        r.sw[0] = __ldcg((const float *)(g.b_scales + b_row * b_sb) + cv);
+        r.sw[1] = __ldcg((const float *)(g.b_scales + (b_row + 128) * b_sb) + cv);
     }
     return r;
 }
@@ -393,7 +394,7 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
                                               : fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
         }
     } else if (t < BMA) {
-        s.sxw[cs][0][t] = w.p0, s.sxw[cs][1][t] = w.p1;
+        s.sxw[cs][0][t] = w.sx * w.sw[0], s.sxw[cs][1][t] = w.sx * w.sw[1];
     }
 }
 
@@ -632,12 +633,14 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
     }
 }
 
+/* LANES_EPILOGUE: FP8-BLOCK's GEMM1 outputs through epilogue_lanes (the
+ * same bytes; off where the caller lacks the registers). */
 /* Every thread of a 384-thread block calls it; BMA = 128 or 64 activation
  * rows (the same sums, bit for bit: each output element is one m64nNk16
  * chain whatever N); ta / tb: raw maps with boxes of BMA x 128 and 256 x 128
  * bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
-template <int FMT, int BMA>
+template <int FMT, int BMA, bool LANES_EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
@@ -693,7 +696,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         fr_store_fragment<BMA>(C, acc[0], 128 * h, g8, q);
         fr_store_fragment<BMA>(C, acc[1], 128 * h + 64, g8, q);
         wg_consumer_barrier();
-        epilogue<BMA, FR_BN>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        epilogue<BMA, FR_BN, LANES_EPILOGUE && FMT == RS_FP8_BLOCK>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */

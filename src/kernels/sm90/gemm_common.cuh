@@ -5,6 +5,7 @@
 #define MOE_EP_GEMM_COMMON_CUH
 
 #include "kernels/gpu_common.cuh"
+#include "kernels/rows.cuh"
 
 struct gemm_args {
     moe_ep_format_t a_fmt, b_fmt, out_fmt;
@@ -79,13 +80,53 @@ __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *
     }
 }
 
+/* The epilogue for FP8-BLOCK outputs. One item per row and 128-wide block
+ * would run 128 values serially on half the threads (Nsight Compute: the
+ * epilogue's loads and multiplies among the register tile's largest stalls),
+ * so here a lane takes 8 columns and a block's 16 lanes share its amax and
+ * flags through shuffles (the *_encode_part codec: the whole-block encoder's
+ * bytes, as dispatch).
+ * Rows of 128 (GEMM1) or BN (a multiple of 128) columns; nthreads % 32 == 0,
+ * every thread of each warp calling. */
+template <int BM, int BN>
+__device__ void epilogue_lanes(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
+                               int nthreads)
+{
+    const bool glu = g.N != g.N_out;
+    const int chunks = (glu ? 128 : BN) / 8; /* per row: 16 or 32, so a 16-lane block never straddles rows */
+    const int64_t c0 = glu ? n0 / 2 : n0, row_bytes = moe_ep_row_data_bytes(g.out_fmt, g.N_out);
+    const int lane = tid & 31;
+    for (int base = tid - lane; base < BM * chunks; base += nthreads) { /* warp-uniform: shuffles inside */
+        int item = base + lane, m = item / chunks, j = (item % chunks) * 8;
+        bool on = item < BM * chunks && m < rows_valid;
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (on)
+            for (int i = 0; i < 8; i++) v[i] = glu ? moe_ep_swiglu(C[m][j + i], C[m][128 + j + i], g.swiglu_limit) : C[m][j + i];
+        int nan, inf;
+        float amax = block_amax_lanes(v, 16, &nan, &inf);
+        uint8_t q[8];
+        float scale = moe_ep_fp8_block_encode_part(v, 8, amax, nan || inf, q);
+        if (!on) continue;
+        uint2 w = make_uint2(0, 0);
+        for (int i = 0; i < 4; i++) w.x |= (uint32_t)q[i] << (8 * i), w.y |= (uint32_t)q[4 + i] << (8 * i);
+        *(uint2 *)(g.out + (row0 + m) * row_bytes + c0 + j) = w;
+        if ((c0 + j) % 128 == 0) ((float *)(g.out_scales + (row0 + m) * g.out_scale_stride))[(c0 + j) / 128] = scale;
+    }
+}
+
 /* Epilogue, run by nthreads threads (tid = 0..nthreads-1). GEMM1 (N = 2 N_out,
  * BN = 256): C holds h; a = SwiGLU(C[m][j], C[m][128 + j]) for the tile's 128
- * outputs, rounded to out_fmt. GEMM2: C holds y, rounded to the wire format. */
-template <int BM, int BN>
+ * outputs, rounded to out_fmt. GEMM2: C holds y, rounded to the wire format.
+ * FP8_BLOCK_LANES: FP8-BLOCK outputs through epilogue_lanes (the register
+ * tile; the mma.sync tiles have no registers to spare for it). */
+template <int BM, int BN, bool FP8_BLOCK_LANES = false>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
 {
+    if (FP8_BLOCK_LANES && g.out_fmt == MOE_EP_FORMAT_FP8_BLOCK) {
+        epilogue_lanes<BM, BN>(g, C, row0, rows_valid, n0, tid, nthreads);
+        return;
+    }
     const bool glu = g.N != g.N_out;
     const int width = glu ? 128 : BN; /* output columns of this tile */
     int blk = g.out_fmt == MOE_EP_FORMAT_BF16 ? 8 : moe_ep_format_block(g.out_fmt);
