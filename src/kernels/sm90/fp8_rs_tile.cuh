@@ -1,4 +1,4 @@
-/* The FP8 register tile (FP8-BLOCK, MXFP8 and W4A8), for the split backend's
+/* The register tile (FP8-BLOCK, MXFP8, W4A8 and NVFP4), for the split backend's
  * grouped GEMM (wgmma_gemm.cu) and the mega kernel: one 128 x 256 output tile
  * (128 activation rows, 256 weight rows) of one expert, 384 threads. E4M3 ->
  * fp16 is exact; fp16 HGMMA sums one 128-wide K block (part), promoted with
@@ -23,10 +23,12 @@
  *
  * K steps of 128 (one scale block): raw ring of FR_RAW_OF(FMT, BMA) stages (A 128 x
  * 128 B, B 256 x 128 B, both 128-byte swizzled by TMA; W4A8's B 256 x 64 B,
- * 64-byte swizzled), fp16 ring of FR_CVT stages
+ * 64-byte swizzled; NVFP4's A 128 x 64 B too), fp16 ring of FR_CVT stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
- * producer, FR_PRODUCER_REGS registers): thread 0 issues the TMA copies, all
- * 128 threads widen A and stage the scales. Warpgroups 1 and 2 (consumers,
+ * producer, FR_PRODUCER_REGS registers): all 128 threads widen a stage of A
+ * and stage its scales, then thread 0 issues the TMA of a later stage (in
+ * that order: the TMA waits for the consumers to free a raw stage, and must
+ * not hold up the widening). Warpgroups 1 and 2 (consumers,
  * FR_CONSUMER_REGS registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
  * the gate and up halves of a GEMM1 tile) as two m64 blocks, one after the
  * other per stage: 8 x wgmma m64n128k16 (RS) into part (64 fp32), wait, then
@@ -51,7 +53,13 @@
  * folded the same way. No instruction widens E2M1 on sm_90: a nibble
  * s e1 e0 m placed as fp16 bits (s << 15) | (e1 e0 m << 9) is its value times
  * 2^-14 (normal and subnormal alike), so the multiplier carries 2^14 too
- * (exact while ref - b <= 23: an E2M1 value's last bit is 0.5). */
+ * (exact while ref - b <= 23: an E2M1 value's last bit is 0.5).
+ *
+ * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
+ * operands carry their per-16 scales, the wgmmas sum all of K into acc with
+ * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
+ * multiplies by 1 / (S_x S_w). FP8-BLOCK's GEMM1 outputs go through
+ * epilogue_lanes (gemm_common.cuh) where the caller has the registers. */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
