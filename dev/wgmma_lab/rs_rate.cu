@@ -6,11 +6,19 @@
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        rs_rate.cu -o rs_rate && ./rs_rate
  * Prints MACs per clock per SM (dense fp16 peak: 2048 on H100/H200). */
-#include "kernels/sm90/fp8_rs_tile.cuh" /* fr_e4m3x2, the RS n64 / n128 wrappers */
+#include "kernels/sm90/fp8_rs_tile.cuh" /* fr_ld_u16, the RS n64 / n128 wrappers */
 
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* Two E4M3 bytes at shared address p -> f16x2, as the tile's fragments. */
+__device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t p)
+{
+    uint32_t o;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"((uint16_t)fr_ld_u16(p)));
+    return o;
+}
 
 __device__ __forceinline__ void rs_n256(float *d, const uint32_t *a, uint64_t db)
 {

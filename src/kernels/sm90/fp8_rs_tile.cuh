@@ -148,11 +148,6 @@ struct fr_smem {
 };
 
 #define FR_SMEM_BYTES(FMT, BMA) (sizeof(fr_smem<FMT, BMA>) + 1024)
-static_assert(FR_SMEM_BYTES(RS_FP8_BLOCK, 128) <= FR_SMEM_LIMIT && FR_SMEM_BYTES(RS_MXFP8, 128) <= FR_SMEM_LIMIT &&
-                  FR_SMEM_BYTES(RS_W4A8, 128) <= FR_SMEM_LIMIT && FR_SMEM_BYTES(RS_NVFP4, 128) <= FR_SMEM_LIMIT &&
-                  FR_SMEM_BYTES(RS_FP8_BLOCK, 64) <= FR_SMEM_LIMIT && FR_SMEM_BYTES(RS_MXFP8, 64) <= FR_SMEM_LIMIT,
-              "the register tile's shared memory");
-
 /* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
@@ -189,16 +184,6 @@ __device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t d
     else wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
 }
 
-/* Two E4M3 bytes at shared address p -> f16x2 (low byte -> low half). */
-__device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t p)
-{
-    uint16_t v;
-    uint32_t o;
-    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(p) : "memory");
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(v));
-    return o;
-}
-
 /* f16x2 product, round to nearest (exact for the exponent shifts used here). */
 __device__ __forceinline__ uint32_t fr_hmul2(uint32_t a, uint32_t b)
 {
@@ -207,6 +192,7 @@ __device__ __forceinline__ uint32_t fr_hmul2(uint32_t a, uint32_t b)
     return o;
 }
 
+/* Shared-memory loads at 32-bit addresses (the K loop runs at the register limit). */
 __device__ __forceinline__ uint32_t fr_ld_u32(uint32_t p)
 {
     uint32_t v;
@@ -221,14 +207,6 @@ __device__ __forceinline__ float fr_ld_f32(uint32_t p)
     return v;
 }
 
-/* One E2M1 pair (byte: element 2j low nibble, 2j + 1 high) as fp16 bits of
- * value x 2^-14 each (low nibble -> low half). */
-__device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
-{
-    uint32_t x = (b | (b << 12)) & 0x000F000Fu; /* nibbles at bits 0 and 16 */
-    return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
-}
-
 __device__ __forceinline__ uint32_t fr_ld_u16(uint32_t p)
 {
     uint16_t v;
@@ -241,6 +219,14 @@ __device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
     uint32_t v;
     asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(p) : "memory");
     return v;
+}
+
+/* One E2M1 pair (byte: element 2j low nibble, 2j + 1 high) as fp16 bits of
+ * value x 2^-14 each (low nibble -> low half). */
+__device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
+{
+    uint32_t x = (b | (b << 12)) & 0x000F000Fu; /* nibbles at bits 0 and 16 */
+    return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
 }
 
 /* MXFP8: the 128-block's reference byte (the largest of the four UE8M0 bytes
@@ -653,6 +639,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
     typedef fr_smem<FMT, BMA> smem_t;
+    static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;

@@ -59,25 +59,26 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     return moe_ep_launch_check(name);
 }
 
+/* The register tile of format FMT: the 64-row instance (small) or the 128-row one. */
+template <int FMT>
+static moe_ep_status_t launch_rs(const gemm_args &g, bool small, int64_t rows_capacity, int num_sms, cudaStream_t s,
+                                 const char *name)
+{
+    return small ? launch<KIND_RS + 2 * FMT + 1>(g, rows_capacity, num_sms, s, name)
+                 : launch<KIND_RS + 2 * FMT>(g, rows_capacity, num_sms, s, name);
+}
+
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t rows_capacity, int num_sms,
                                          cudaStream_t s, const char *name)
 {
     if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
     if (kind == TILE_QGMMA) return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
-    int small = kind == TILE_RS_64;
+    bool small = kind == TILE_RS_64;
     switch (fr_format(g.a_fmt, g.b_fmt)) {
-    case RS_FP8_BLOCK:
-        return small ? launch<KIND_RS + 2 * RS_FP8_BLOCK + 1>(g, rows_capacity, num_sms, s, name)
-                     : launch<KIND_RS + 2 * RS_FP8_BLOCK>(g, rows_capacity, num_sms, s, name);
-    case RS_MXFP8:
-        return small ? launch<KIND_RS + 2 * RS_MXFP8 + 1>(g, rows_capacity, num_sms, s, name)
-                     : launch<KIND_RS + 2 * RS_MXFP8>(g, rows_capacity, num_sms, s, name);
-    case RS_W4A8:
-        return small ? launch<KIND_RS + 2 * RS_W4A8 + 1>(g, rows_capacity, num_sms, s, name)
-                     : launch<KIND_RS + 2 * RS_W4A8>(g, rows_capacity, num_sms, s, name);
-    case RS_NVFP4:
-        return small ? launch<KIND_RS + 2 * RS_NVFP4 + 1>(g, rows_capacity, num_sms, s, name)
-                     : launch<KIND_RS + 2 * RS_NVFP4>(g, rows_capacity, num_sms, s, name);
+    case RS_FP8_BLOCK: return launch_rs<RS_FP8_BLOCK>(g, small, rows_capacity, num_sms, s, name);
+    case RS_MXFP8: return launch_rs<RS_MXFP8>(g, small, rows_capacity, num_sms, s, name);
+    case RS_W4A8: return launch_rs<RS_W4A8>(g, small, rows_capacity, num_sms, s, name);
+    case RS_NVFP4: return launch_rs<RS_NVFP4>(g, small, rows_capacity, num_sms, s, name);
     default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
     }
 }
