@@ -23,7 +23,7 @@
  *
  * K steps of 128 (one scale block): raw ring of FR_RAW_OF(FMT, BMA) stages (A 128 x
  * 128 B, B 256 x 128 B, both 128-byte swizzled by TMA; W4A8's B 256 x 64 B,
- * 64-byte swizzled; NVFP4's A 128 x 64 B too), fp16 ring of FR_CVT stages
+ * 64-byte swizzled; NVFP4's A 128 x 64 B too), fp16 ring of FR_CVT_OF(FMT, BMA) stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
  * producer, FR_PRODUCER_REGS registers): all 128 threads widen a stage of A
  * and stage its scales, then thread 0 issues the TMA of a later stage (in
@@ -70,7 +70,6 @@
 #define FR_BM 128  /* activation rows (the wgmma N): 128, or 64 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
-#define FR_CVT 2   /* fp16 activation stages: 32 KB each */
 #define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
 #define FR_NV_RING 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
@@ -112,11 +111,17 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 }
 
 /* Raw stages in flight: as many as fit beside the fp16 stages and the
- * scales (227 KB per block), at most 4. A raw stage is held from its TMA
- * until the consumers have read its weights, so its load latency must hide
- * behind the other stages' compute: E4M3 operands at 128 rows (48 KB a
- * stage) fit 3; the E2M1 ones and the 64-row instance 4. */
-#define FR_RAW_OF(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 4 : (FMT) == RS_FP8_BLOCK ? 3 : 2)
+ * scales (227 KB per block, less the mega kernel's share), at most 4. A raw
+ * stage is held from its TMA until the consumers have read its weights, so
+ * its load latency must hide behind the other stages' compute. At 128 rows
+ * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 2
+ * (3 spills its mega kernel). 64 rows: E4M3 3, E2M1 4. */
+#define FR_RAW_OF(FMT, BMA) ((BMA) == 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
+/* fp16 activation stages (BMA x 128 fp16: 32 KB at 128 rows): 3, so that the
+ * producer can widen a stage ahead of a slow one (2 made producer and
+ * consumers wait on each other, Nsight Compute at 4721f3b); 2 for MXFP8 and
+ * W4A8 at 128 rows, whose mega kernels spill with 3. */
+#define FR_CVT_OF(FMT, BMA) (FR_MX(FMT) && (BMA) == 128 ? 2 : 3)
 /* Scale blocks per stage kept for the multipliers: MXFP8 and W4A8 4 k32
  * blocks, NVFP4 8 k16 blocks (16-bit), FP8-BLOCK none (1 to keep the arrays). */
 #define FR_MULT_BLOCKS(FMT) ((FMT) == RS_FP8_BLOCK ? 1 : 4)
@@ -126,22 +131,22 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 
 template <int FMT, int BMA>
 struct fr_smem {
-    static constexpr int RAW = FR_RAW_OF(FMT, BMA);
-    __half a[FR_CVT][2][BMA * 64];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
+    static constexpr int RAW = FR_RAW_OF(FMT, BMA), CVT = FR_CVT_OF(FMT, BMA);
+    __half a[CVT][2][BMA * 64];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
-    static constexpr int RINGS = FR_CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
+    static constexpr int RINGS = CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
-    float sxw[FR_CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
+    float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                          rows); MXFP8: [cs][0] = 2^ref_x per activation row */
-    float sw[FR_CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
-    uint32_t wm[FR_CVT][FR_MULT_BLOCKS(FMT)][FR_BN]; /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2;
+    float sw[CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
+    uint32_t wm[CVT][FR_MULT_BLOCKS(FMT)][FR_BN]; /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2;
                                          NVFP4: as uint16_t [8][FR_BN], the E4M3 scale per k16 block */
-    uint32_t am[FR_CVT][FR_MULT_BLOCKS(FMT)][BMA]; /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
+    uint32_t am[CVT][FR_MULT_BLOCKS(FMT)][BMA]; /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
                                          NVFP4: as uint16_t [8][BMA], the E4M3 scale per k16 block as f16 */
-    uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[FR_CVT], cvt_empty[FR_CVT];
+    uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[CVT], cvt_empty[CVT];
     int64_t row0;                     /* the tile's place, for the epilogue: kept here, not in */
     int rows_valid, n0;               /* registers across the K loop (the consumers need them all) */
     float c_scale;                    /* NVFP4: 1 / (S_x S_w), applied to the sums; else 1 */
@@ -255,7 +260,17 @@ __device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b)
 /* Stores 16 bytes of fp16 as chunk j of a 128-byte row r in the 128-byte swizzle. */
 __device__ __forceinline__ void fr_store_chunk(__half *out, int r, int j, uint4 v)
 {
-    *(uint4 *)((uint8_t *)out + r * 128 + ((j ^ (r & 7)) << 4)) = v;
+    uint32_t p = smem_u32(out) + r * 128 + ((j ^ (r & 7)) << 4); /* st.shared: generic stores cost more */
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+/* 16 bytes of shared memory at p (ld.shared: the widening's generic loads
+ * waited on the long scoreboard, Nsight Compute at 4721f3b). */
+__device__ __forceinline__ uint4 fr_lds128(uint32_t p)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(p) : "memory");
+    return v;
 }
 
 /* 16 E4M3 bytes -> 16 fp16 (exact) as two 16-byte chunks. */
@@ -284,7 +299,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
 #pragma unroll
         for (int i = 0; i < BMA * 4 / 128; i++) {
             int r = t / 4 + 32 * i, j = t % 4;
-            uint4 v = *(const uint4 *)(raw + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
+            uint4 v = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
             uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int u = 0; u < 4; u++) { /* elements 32 j + 8 u .. + 7, scale block 2 j + u / 2 */
@@ -300,7 +315,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
         for (int i = 0; i < BMA * 8 / 128; i++) {
             int r = t / 8 + 16 * i, j = t % 8;
             uint4 lo, hi;
-            e4m3x16_to_f16(*(const uint4 *)(raw + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
+            e4m3x16_to_f16(fr_lds128(smem_u32(raw) + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
             if constexpr (FR_MX(FMT)) {
                 uint32_t m = fr_ld_u32(am + ((j / 2) * BMA + r) * 4);
                 lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
@@ -407,7 +422,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
     fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
-    constexpr int RAW = fr_smem<FMT, BMA>::RAW;
+    constexpr int RAW = fr_smem<FMT, BMA>::RAW, CVT = fr_smem<FMT, BMA>::CVT;
     /* Iteration kt widens stage kt - (RAW - 1), then issues the TMA of stage
      * kt. That TMA waits until the consumers are done with stage kt - RAW,
      * so it comes second: the widening of the next stage then overlaps the
@@ -417,11 +432,11 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
     for (int kt = 0; kt < n_k + RAW - 1; kt++) {
         const int cv = kt - (RAW - 1);
         if (cv >= 0) {
-            int rs = cv % RAW, cs = cv % FR_CVT;
+            int rs = cv % RAW, cs = cv % CVT;
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
             mbar_wait(&s.raw_full[rs], (cv / RAW) & 1);
-            mbar_wait(&s.cvt_empty[cs], ((cv / FR_CVT) & 1) ^ 1);
+            mbar_wait(&s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
             fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
             fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
@@ -645,7 +660,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
-        for (int i = 0; i < FR_CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
+        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
         s.c_scale = FR_NV(FMT) ? __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e])) : 1.0f; /* as the mma.sync tile */
@@ -664,9 +679,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int i = 0; i < BMA / 2; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
 #pragma unroll 1
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
-            int rs = kt % smem_t::RAW, cs = kt % FR_CVT;
+            int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
             mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
-            mbar_wait(&s.cvt_full[cs], (kt / FR_CVT) & 1);
+            mbar_wait(&s.cvt_full[cs], (kt / smem_t::CVT) & 1);
             if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
                 fr_stage_nv<BMA>(acc, ad, rs, cs);
             } else {
@@ -697,7 +712,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {
         for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
-        for (int i = 0; i < FR_CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
+        for (int i = 0; i < smem_t::CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
     }
 }
 
