@@ -19,6 +19,10 @@
  *        then up rows [I+128j, I+128j+128), so one 256-wide GEMM1 tile holds
  *        matching gate and up columns for 128 SwiGLU outputs.
  *   w2:  [H][I] rows as in the checkpoint.
+ *   Layers on the register tile (moe_ep_rs_tile_on) permute the bytes
+ *   within each 16-byte chunk of every data row (weights.cu,
+ *   prep_permute_fragments) so that a consumer lane reads its fragment
+ *   bytes as one 32-bit word.
  *   scales per row as for activation rows; FP8-BLOCK: the 128x128 tile scale
  *   repeated on each of the tile's rows ([rows][K/128] fp32).
  *   w13_gs, w2_gs: [experts] NVFP4 encode scales S (1 otherwise).
@@ -58,6 +62,13 @@ static inline int moe_ep_qgmma_on(moe_ep_path_t path, int H, int I, int fp8_fast
 static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
 {
     return path != MOE_EP_PATH_BF16 && H % 256 == 0 && I % 128 == 0;
+}
+
+/* The layers that run the register tile (and store their weights in its
+ * layout, weights.cu: prep_permute_fragments). */
+static inline int moe_ep_rs_tile_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+{
+    return moe_ep_rs_tile_fits(path, H, I) && !moe_ep_qgmma_on(path, H, I, fp8_fast_accum);
 }
 
 /* Layers whose GEMMs run one tile kind at every T, so that a row's

@@ -121,6 +121,28 @@ __global__ void prep_copy(const uint8_t *src, const uint8_t *src_scales, prep_ma
     }
 }
 
+/* The register tile's weight layout (fp8_rs_tile.cuh, fr_load_word): in each
+ * 16-byte chunk of a row, word q gathers quad lane q's fragment bytes. E4M3
+ * (a chunk is one k16 step): bytes 2q, 2q + 1, 8 + 2q, 9 + 2q; E2M1 (two
+ * steps, two elements a byte): bytes q, q + 4, q + 8, q + 12. One thread per
+ * chunk, in place. */
+__global__ void prep_permute_fragments(uint8_t *data, int64_t chunks, int e2m1)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= chunks) return;
+    uint4 v = ((const uint4 *)data)[i];
+    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+    uint32_t out[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            int src = e2m1 ? q + 4 * b : 2 * q + (b & 1) + 8 * (b >> 1);
+            out[q] |= ((in[src / 4] >> (8 * (src % 4))) & 0xFFu) << (8 * b);
+        }
+    ((uint4 *)data)[i] = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 static unsigned blocks_for(int64_t n) { return (unsigned)((n + PREP_THREADS - 1) / PREP_THREADS); }
 
 /* One matrix of one expert from a bf16 checkpoint; scratch holds >= 1 + tiles floats. */
@@ -183,6 +205,13 @@ extern "C" moe_ep_status_t moe_ep_launch_prep_weights(const moe_ep_split_dims_t 
         MOE_EP_CHECK(prep_one(d, src_format, m2, (const uint8_t *)src_w2 + i * src2,
                               src_w2_scales ? (const uint8_t *)src_w2_scales + i * ss2 : NULL,
                               src_gs2 ? src_gs2 + i : NULL, b->w2_gs + le, scratch, s));
+        if (moe_ep_rs_tile_on(d->path, d->H, d->I, d->fp8_fast_accum)) {
+            int e2m1 = wf == MOE_EP_FORMAT_MXFP4 || wf == MOE_EP_FORMAT_NVFP4;
+            int64_t c13 = moe_ep_row_data_bytes(wf, H) * 2 * I / 16, c2 = moe_ep_row_data_bytes(wf, I) * H / 16;
+            prep_permute_fragments<<<blocks_for(c13), PREP_THREADS, 0, s>>>(m13.data, c13, e2m1);
+            prep_permute_fragments<<<blocks_for(c2), PREP_THREADS, 0, s>>>(m2.data, c2, e2m1);
+            MOE_EP_CHECK(moe_ep_launch_check("prep_permute_fragments"));
+        }
     }
     return MOE_EP_SUCCESS;
 }

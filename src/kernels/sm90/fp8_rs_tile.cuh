@@ -473,7 +473,7 @@ template <int FMT, int BMA>
 __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h, int g, int q)
 {
     fr_addr a;
-    a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + (FR_E2M1(FMT) ? 0 : 2 * q);
+    a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
     a.act = smem_u32(s.a[0][0]);
     a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
     a.wm = smem_u32(&s.wm[0][0][0]) + (128 * h + g) * (FR_NV(FMT) ? 2 : 4);
@@ -482,49 +482,58 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
     return a;
 }
 
-/* The raw bytes of one k16 step's A fragment and its multipliers, loaded a
- * step before they are widened: the shared-memory latency then hides behind
- * the wgmmas in flight instead of stalling the next one (Nsight Compute on
- * the tile: the widening waiting on these loads was the consumers' largest
- * stall). v[i] is the pair of fragment register a[i]; m[0], m[1] the
- * multipliers of rows g and g + 8 (f16x2; MX and NVFP4 only). */
-/* Whether the consumers load each step's bytes a step ahead: not for the MX
- * formats at 128 rows, whose registers are all taken in the mega kernel. */
-#define FR_PREFETCH(FMT, BMA) (!(FR_MX(FMT) && (BMA) == 128))
+/* A thread's weight bytes come from the register tile's weight layout
+ * (weights.cu, prep_permute_fragments): within each 16-byte chunk of a row
+ * (E4M3: one k16 step; E2M1: two), word q holds quad lane q's pairs, so a
+ * lane reads one conflict-free 32-bit word per row where it read four 16-bit
+ * (E4M3) or eight 8-bit (E2M1) values, half the shared-memory wavefronts
+ * (dev/wgmma_lab/rs_block.cu: the consumer loop alone at n64 54 % -> 79 % of
+ * the fp16 rate with a block's words loaded up front). E4M3 word kk =
+ * step kk's pair 2q of its first 8 K (low half) and of its last 8; E2M1
+ * word kk / 2, bytes 2 (kk % 2) and 2 (kk % 2) + 1 the same for step kk. */
+#define FR_WORDS(FMT) (FR_E2M1(FMT) ? 4 : 8) /* words per row, lane and stage */
+/* Words of a row loaded ahead of their first use: all of a block's at its
+ * start (the 64-row instances, NVFP4), else one (FP8-BLOCK) or none (MXFP8,
+ * W4A8): the 128-row instances run at the register limit (the mega kernel
+ * spills otherwise). */
+#define FR_AHEAD(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
+
+/* Word wi of m64 block B's rows g (*x) and g + 8 (*y) in raw stage rs. */
+template <int FMT>
+__device__ __forceinline__ void fr_load_word(uint32_t &x, uint32_t &y, const fr_addr &ad, int rs, int B, int wi)
+{
+    const uint32_t p = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT) + ((wi ^ ad.sw_key) << 4);
+    x = fr_ld_u32(p), y = fr_ld_u32(p + 8 * FR_WROW(FMT));
+}
+
+/* The raw bytes of one k16 step's A fragment and its multipliers: v[i] is
+ * the pair of fragment register a[i] (a[0] row g, k 2q, 2q + 1; a[1] row
+ * g + 8; a[2], a[3] the same 8 K on); m[0], m[1] the multipliers of rows g
+ * and g + 8 (f16x2; MX and NVFP4 only). */
 struct fr_raw {
     uint32_t v[4], m[2];
 };
 
-/* Step kk of m64 block B on stage (rs, cs), rows g and g + 8: a[0] (g, k 2q,
- * 2q+1), a[1] (g + 8, same), a[2] (g, k 2q+8, 2q+9), a[3] (g + 8, same).
- * E4M3 (128-byte rows, 128-byte swizzle: 16-byte chunk kk of row r at
- * ((kk ^ (r & 7)) << 4)): ad.frag is the address of row g's byte 2 q, sw =
- * g & 7. E2M1 (64-byte rows, 64-byte swizzle): ad.frag is row g's first
- * byte, sw = (g >> 1) & 3; step kk is bytes 8 kk .. 8 kk + 7 of a row,
- * element pair q in byte q, pair q + 4 in byte q + 4 (one byte load each:
- * wider loads cost registers the mega kernel does not have). NVFP4: the
- * k16 block's E4M3 scales as f16 (MX: fr_block loads its multipliers). */
-template <int FMT, int BMA>
-__device__ __forceinline__ fr_raw fr_load_step(const fr_addr &ad, int rs, int cs, int B, int kk, const fr_raw &prev)
+/* Step kk's pairs out of its words (fr_load_word): x of row g, y of row g + 8. */
+template <int FMT>
+__device__ __forceinline__ void fr_step_bytes(fr_raw &r, uint32_t x, uint32_t y, int kk)
 {
-    fr_raw r;
-    const uint32_t row_g = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT);
     if constexpr (FR_E2M1(FMT)) {
-        uint32_t p = row_g + ((((kk >> 1) ^ ad.sw_key) << 4) | ((kk & 1) << 3)) + ad.q;
-        r.v[0] = fr_ld_u8(p), r.v[1] = fr_ld_u8(p + 8 * 64), r.v[2] = fr_ld_u8(p + 4), r.v[3] = fr_ld_u8(p + 8 * 64 + 4);
+        const int sh = 16 * (kk % 2);
+        r.v[0] = (x >> sh) & 0xFF, r.v[2] = (x >> (sh + 8)) & 0xFF, r.v[1] = (y >> sh) & 0xFF, r.v[3] = (y >> (sh + 8)) & 0xFF;
     } else {
-        uint32_t p = row_g + ((kk ^ ad.sw_key) << 4);
-        r.v[0] = fr_ld_u16(p), r.v[1] = fr_ld_u16(p + 8 * FR_BK), r.v[2] = fr_ld_u16(p + 8), r.v[3] = fr_ld_u16(p + 8 * FR_BK + 8);
+        r.v[0] = x & 0xFFFF, r.v[2] = x >> 16, r.v[1] = y & 0xFFFF, r.v[3] = y >> 16;
     }
-    r.m[0] = prev.m[0], r.m[1] = prev.m[1];
-    if constexpr (FR_NV(FMT)) {
-        uint32_t wm = ad.wm + cs * FR_WM_STAGE + kk * FR_BN * 2 + B * 128;
-        r.m[0] = fr_ld_u16(wm), r.m[1] = fr_ld_u16(wm + 16);
-    }
-    return r;
 }
 
-/* The fragment of fr_load_step's bytes, widened to f16x2 (exact). */
+/* NVFP4: the E4M3 scales of k16 block kk of m64 block B for rows g, g + 8, as f16. */
+__device__ __forceinline__ void fr_load_mult_nv(fr_raw &r, const fr_addr &ad, int cs, int B, int kk)
+{
+    uint32_t wm = ad.wm + cs * FR_WM_STAGE + kk * FR_BN * 2 + B * 128;
+    r.m[0] = fr_ld_u16(wm), r.m[1] = fr_ld_u16(wm + 16);
+}
+
+/* The fragment of fr_step_bytes' pairs, widened to f16x2 (exact). */
 template <int FMT>
 __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 {
@@ -547,34 +556,37 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 }
 
 /* m64 block B of the consumer on stage (rs, cs): part = the block's 128-K
- * sum, 8 k16 steps of wgmma m64nBMAk16 (one commit group each). r holds
- * step 0's bytes (fr_load_step); each step widens its bytes into
- * a[kk % FR_RING] once step kk - FR_RING (the same registers) is done, issues
- * its wgmma, then loads the next step's bytes - for B = 0's last step those
- * of block 1's step 0, which land during the wait and the promotion (without
- * FR_PREFETCH: each step loads its own bytes first). Then
- * every step is waited for (the caller promotes part). */
+ * sum, 8 k16 steps of wgmma m64nBMAk16 (one commit group each). Each step
+ * widens its bytes into a[kk % FR_RING] once step kk - FR_RING (the same
+ * registers) is done and issues its wgmma; its words (fr_load_word) are
+ * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
+ * promotes part). */
 template <int FMT, int BMA, int B>
-__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs, fr_raw &r)
+__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
+    constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
-    uint32_t a[FR_RING][4];
+    uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
+    fr_raw r = {};
+#pragma unroll
+    for (int wi = 0; wi < AHEAD; wi++) fr_load_word<FMT>(x[wi], y[wi], ad, rs, B, wi);
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
+        const int wi = FR_E2M1(FMT) ? kk / 2 : kk;
         if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
-        if constexpr (!FR_PREFETCH(FMT, BMA)) r = fr_load_step<FMT, BMA>(ad, rs, cs, B, kk, r);
-        if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers: too few registers to load them a step ahead */
+        if ((!FR_E2M1(FMT) || kk % 2 == 0) && wi + AHEAD < WORDS) /* at word wi's first use: the word AHEAD on */
+            fr_load_word<FMT>(x[wi + AHEAD], y[wi + AHEAD], ad, rs, B, wi + AHEAD);
+        if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers */
             uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
             r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
         }
+        fr_step_bytes<FMT>(r, x[wi], y[wi], kk);
         fr_widen_step<FMT>(a[kk % FR_RING], r);
         wgmma_fence();
         /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
         fr_wgmma<BMA>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
         wgmma_commit();
-        if (FR_PREFETCH(FMT, BMA) && kk < 7) r = fr_load_step<FMT, BMA>(ad, rs, cs, B, kk + 1, r);
-        else if (FR_PREFETCH(FMT, BMA) && B == 0) r = fr_load_step<FMT, BMA>(ad, rs, cs, 1, 0, r);
     }
     wgmma_wait<0>();
 }
@@ -588,17 +600,22 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
 {
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     uint32_t a[FR_NV_RING][4];
-    fr_raw r = fr_load_step<RS_NVFP4, BMA>(ad, rs, cs, 0, 0, fr_raw{});
+    uint32_t x[2][4], y[2][4]; /* both blocks' words of the stage */
+#pragma unroll
+    for (int i = 0; i < 8; i++) fr_load_word<RS_NVFP4>(x[i % 2][i / 2], y[i % 2][i / 2], ad, rs, i % 2, i / 2);
+    fr_raw r;
+    fr_load_mult_nv(r, ad, cs, 0, 0);
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         const int kk = i / 2, b = i % 2; /* k16 step, m64 block */
         if (i >= FR_NV_RING) wgmma_wait<FR_NV_RING - 1>(); /* step i - FR_NV_RING freed a[i % FR_NV_RING] */
+        fr_step_bytes<RS_NVFP4>(r, x[b][kk / 2], y[b][kk / 2], kk);
         fr_widen_step<RS_NVFP4>(a[i % FR_NV_RING], r);
         wgmma_fence();
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
         fr_wgmma<BMA>(acc[b], a[i % FR_NV_RING], db, 1);
         wgmma_commit();
-        if (i < 15) r = fr_load_step<RS_NVFP4, BMA>(ad, rs, cs, (i + 1) % 2, (i + 1) / 2, r);
+        if (i < 15) fr_load_mult_nv(r, ad, cs, (i + 1) % 2, (i + 1) / 2);
     }
     wgmma_wait<0>();
 }
@@ -685,11 +702,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
                 fr_stage_nv<BMA>(acc, ad, rs, cs);
             } else {
-                fr_raw r = {};
-                if constexpr (FR_PREFETCH(FMT, BMA)) r = fr_load_step<FMT, BMA>(ad, rs, cs, 0, 0, r);
-                fr_block<FMT, BMA, 0>(part, ad, rs, cs, r);
+                fr_block<FMT, BMA, 0>(part, ad, rs, cs);
                 fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE);
-                fr_block<FMT, BMA, 1>(part, ad, rs, cs, r);
+                fr_block<FMT, BMA, 1>(part, ad, rs, cs);
                 fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE + 256);
             }
             mbar_arrive(&s.raw_empty[rs]);
