@@ -222,32 +222,67 @@ __device__ __forceinline__ void slot_rows(const moe_ep_mega_args_t &a, const meg
     c.expert_s[threadIdx.x] = pos < 0 ? -1 : e;
 }
 
-/* Dispatch item: tokens [g * tpi, ...) quantized once, written to each row. */
+/* The slots of the group's tokens [first, first + count) into rows_s /
+ * expert_s[j K + k] (count * K <= blockDim). */
+__device__ void group_slots(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh, int first, int count)
+{
+    for (int j = 0; j < count; j++) {
+        int r = rank_of(sh->token_prefix, a.d.R, first + j);
+        slot_rows(a, c, r, first + j - sh->token_prefix[r], j * a.d.K);
+    }
+}
+
+/* Chunks (8 elements) per lane in flight in dispatch_group: one block per SM
+ * must keep as many loads in flight as the split kernel's 8 blocks. */
+#define MEGA_DISPATCH_UNROLL 1
+
+/* Dispatch item: tokens [g * tpi, ...) quantized once, written to each of
+ * their rows. The group's (token, chunk) pairs are spread over the block,
+ * MEGA_DISPATCH_UNROLL warp-wide runs of 32 chunks per lane at a time, their
+ * loads first (one token at a time left most threads idle and paid a fence
+ * and two barriers per token); a run straddles tokens only at a multiple of
+ * 16 chunks (H % 128 == 0), so a format block's lanes share one token. */
 __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
 {
     const mega_ctx c = ctx_of(a, sh);
     const moe_ep_split_dims_t &d = a.d;
-    moe_ep_format_t f = moe_ep_path_act_format(d.path);
-    int end = min(c.n_tok, (g + 1) * c.tpi);
-    for (int tg = g * c.tpi; tg < end; tg++) {
-        int r = rank_of(sh->token_prefix, d.R, tg), t = tg - sh->token_prefix[r];
-        bool present = r != a.absent_rank;
-        slot_rows(a, c, r, t, 0);
-        __syncthreads();
-        bool any = false;
-        for (int k = 0; k < d.K; k++) any |= c.rows_s[k] >= 0;
-        if (!any) { /* no expert here (links: the token was not even sent) */
-            __syncthreads(); /* everyone read rows_s before the next token's */
-            continue;
-        }
-        if (a.link.world && threadIdx.x < d.K && c.rows_s[threadIdx.x] >= 0)
-            a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x);
-        dispatch_row(f, a.io.x[r] + (int64_t)t * d.H, d.H, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s, d.K, present,
-                     threadIdx.x, blockDim.x);
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x < d.K && present && c.rows_s[threadIdx.x] >= 0) red_release_add(&c.ready[c.expert_s[threadIdx.x]], 1);
+    const moe_ep_format_t f = moe_ep_path_act_format(d.path);
+    const int first = g * c.tpi, count = min(c.n_tok, first + c.tpi) - first, lane = threadIdx.x % 32;
+    group_slots(a, c, sh, first, count);
+    __syncthreads();
+    if (a.link.world && threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
+        int j = threadIdx.x / d.K, r = rank_of(sh->token_prefix, d.R, first + j);
+        int64_t t = first + j - sh->token_prefix[r];
+        a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x % d.K);
     }
+    const int64_t chunks = d.H / 8, total = count * chunks;
+    for (int64_t i0 = (int64_t)(threadIdx.x - lane) * MEGA_DISPATCH_UNROLL; i0 < total;
+         i0 += (int64_t)blockDim.x * MEGA_DISPATCH_UNROLL) { /* warp-uniform: shuffles inside */
+        float v[MEGA_DISPATCH_UNROLL][8];
+#pragma unroll
+        for (int u = 0; u < MEGA_DISPATCH_UNROLL; u++) {
+            int64_t i = i0 + 32 * u + lane;
+            for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
+            if (i < total) {
+                int j = (int)(i / chunks), r = rank_of(sh->token_prefix, d.R, first + j);
+                const uint16_t *x = a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * d.H;
+                load_bf16x8(x, (i % chunks) * 8, ((uintptr_t)x & 15) == 0, v[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MEGA_DISPATCH_UNROLL; u++) {
+            int64_t i = i0 + 32 * u + lane;
+            int j = i < total ? (int)(i / chunks) : 0;
+            bool write = i < total && rank_of(sh->token_prefix, d.R, first + j) != a.absent_rank;
+            dispatch_chunk(f, v[u], d.H, (i % chunks) * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + j * d.K,
+                           d.K, write);
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0 &&
+        rank_of(sh->token_prefix, d.R, first + (int)threadIdx.x / d.K) != a.absent_rank)
+        red_release_add(&c.ready[c.expert_s[threadIdx.x]], 1);
 }
 
 /* GEMM item i of GEMM 1 or 2: (m tile, 256 columns) once its inputs exist. */
@@ -302,20 +337,19 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, mega_shared *sh, int 
     const moe_ep_split_dims_t &d = a.d;
     int first = g * c.tpi, count = min(c.n_tok, first + c.tpi) - first;
     bool ok = true;
-    for (int j = 0; j < count; j++) {
-        int r = rank_of(sh->token_prefix, d.R, first + j);
-        slot_rows(a, c, r, first + j - sh->token_prefix[r], j * d.K);
-    }
+    group_slots(a, c, sh, first, count);
     __syncthreads();
     if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
         int e = c.expert_s[threadIdx.x], mt = c.tile_off[e] + (c.rows_s[threadIdx.x] - c.off[e]) / BM;
         ok = spin_until(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt);
     }
     if (!__syncthreads_and(ok)) return false;
-    for (int j = 0; j < count; j++) {
-        int r = rank_of(sh->token_prefix, d.R, first + j), t = first + j - sh->token_prefix[r];
-        combine_row(d.wire, a.b.y, a.b.y_scales, d.H, d.K, c.rows_s + j * d.K, a.io.weights[r] + (int64_t)t * d.K,
-                    a.io.out[r] + (int64_t)t * d.H, threadIdx.x, blockDim.x);
+    /* the group's (token, chunk) pairs spread over the block */
+    const int64_t chunks = d.H / 8;
+    for (int64_t i = threadIdx.x; i < count * chunks; i += blockDim.x) {
+        int j = (int)(i / chunks), r = rank_of(sh->token_prefix, d.R, first + j), t = first + j - sh->token_prefix[r];
+        combine_chunk(d.wire, a.b.y, a.b.y_scales, d.H, d.K, c.rows_s + j * d.K, a.io.weights[r] + (int64_t)t * d.K,
+                      a.io.out[r] + (int64_t)t * d.H, (i % chunks) * 8);
     }
     __syncthreads();
     return true;

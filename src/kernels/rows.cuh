@@ -84,6 +84,17 @@ __device__ __forceinline__ void store_chunk(moe_ep_format_t f, const enc_chunk &
     else s[h / blk] = (uint8_t)e.scale;
 }
 
+/* Encodes the 8 values v of chunk h / 8 of a token and, where `write`,
+ * stores them into its rows rows[0..K) that are >= 0. Every lane of the warp
+ * calls it (shuffles), `write` false for lanes without a chunk. */
+__device__ __forceinline__ void dispatch_chunk(moe_ep_format_t f, const float v[8], int64_t H, int64_t h, float S,
+                                               uint8_t *data, uint8_t *scales, const int32_t *rows, int K, bool write)
+{
+    enc_chunk e = encode_chunk(f, v, S);
+    for (int k = 0; k < K && write; k++)
+        if (rows[k] >= 0) store_chunk(f, e, H, h, data, scales, rows[k]);
+}
+
 /* Quantizes token row x (H bf16) once into format f and writes it to the rows
  * rows[0..K) that are >= 0 (none when !write). Threads tid of nthreads (a
  * multiple of 32), all of them calling. */
@@ -99,9 +110,7 @@ __device__ __forceinline__ void dispatch_row(moe_ep_format_t f, const uint16_t *
         bool on = c0 + lane < chunks;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (on) load_bf16x8(x, h, vec, v);
-        enc_chunk e = encode_chunk(f, v, S);
-        for (int k = 0; k < K && on && write; k++)
-            if (rows[k] >= 0) store_chunk(f, e, H, h, data, scales, rows[k]);
+        dispatch_chunk(f, v, H, h, S, data, scales, rows, K, on && write);
     }
 }
 
@@ -128,28 +137,32 @@ __device__ __forceinline__ void wire_values8(moe_ep_wire_t wire, const uint8_t *
     }
 }
 
-/* out[h] = bf16 of the sum over slots k = 0..K-1 (in that order) with
- * rows[k] >= 0 of fmaf(w[k], y[rows[k]][h], acc); threads tid of nthreads,
- * 8 consecutive h each (H % 8 == 0). */
+/* out[h .. h + 7] = bf16 of the sum over slots k = 0..K-1 (in that order)
+ * with rows[k] >= 0 of fmaf(w[k], y[rows[k]][h ..], acc). */
+__device__ __forceinline__ void combine_chunk(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int H, int K,
+                                              const int32_t *rows, const float *w, uint16_t *out, int64_t h)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+    for (int k = 0; k < K; k++) {
+        if (rows[k] < 0) continue;
+        float wk = w[k];
+        wire_values8(wire, y, ys, H, rows[k], h, v);
+        for (int i = 0; i < 8; i++) acc[i] = fmaf(wk, v[i], acc[i]);
+    }
+    if (((uintptr_t)out & 15) == 0) {
+        *(uint4 *)(out + h) = make_uint4(moe_ep_pack_bf16x2(acc[0], acc[1]), moe_ep_pack_bf16x2(acc[2], acc[3]),
+                                         moe_ep_pack_bf16x2(acc[4], acc[5]), moe_ep_pack_bf16x2(acc[6], acc[7]));
+    } else {
+        for (int i = 0; i < 8; i++) out[h + i] = moe_ep_bf16_from_f32(acc[i]);
+    }
+}
+
+/* combine_chunk over a token's row (H % 8 == 0): threads tid of nthreads,
+ * 8 consecutive h each. */
 __device__ __forceinline__ void combine_row(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int H, int K,
                                             const int32_t *rows, const float *w, uint16_t *out, int tid, int nthreads)
 {
-    bool vec = ((uintptr_t)out & 15) == 0;
-    for (int64_t h = (int64_t)tid * 8; h < H; h += (int64_t)nthreads * 8) {
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
-        for (int k = 0; k < K; k++) {
-            if (rows[k] < 0) continue;
-            float wk = w[k];
-            wire_values8(wire, y, ys, H, rows[k], h, v);
-            for (int i = 0; i < 8; i++) acc[i] = fmaf(wk, v[i], acc[i]);
-        }
-        if (vec) {
-            *(uint4 *)(out + h) = make_uint4(moe_ep_pack_bf16x2(acc[0], acc[1]), moe_ep_pack_bf16x2(acc[2], acc[3]),
-                                             moe_ep_pack_bf16x2(acc[4], acc[5]), moe_ep_pack_bf16x2(acc[6], acc[7]));
-        } else {
-            for (int i = 0; i < 8; i++) out[h + i] = moe_ep_bf16_from_f32(acc[i]);
-        }
-    }
+    for (int64_t h = (int64_t)tid * 8; h < H; h += (int64_t)nthreads * 8) combine_chunk(wire, y, ys, H, K, rows, w, out, h);
 }
 
 #endif
