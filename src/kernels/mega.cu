@@ -156,17 +156,12 @@ __device__ __forceinline__ bool block_wait(const int32_t *ctr, int32_t target, c
     return __syncthreads_and(ok) != 0;
 }
 
-/* Whole block: the block's writes become visible, then the counter moves
- * (the barrier orders every thread's writes before thread 0's fence, which
- * makes them visible device-wide before its release: the pattern of a grid
- * barrier; one fence instead of one per thread). */
+/* Whole block: the block's writes become visible, then the counter moves. */
 __device__ __forceinline__ void block_signal(int32_t *ctr)
 {
+    __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        red_release_add(ctr, 1);
-    }
+    if (threadIdx.x == 0) red_release_add(ctr, 1);
 }
 
 /* Local rank of global token index tg (prefix over ranks, R <= 64). */
@@ -621,19 +616,9 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
     }
     __syncthreads();
-    /* With the TMA tiles, thread 0 takes the next item while the block runs
-     * the current one (the atomic's latency off the critical path; the
-     * mma.sync tiles lack the register). A taken item is run before any later
-     * one of this block, and an item waits only on earlier items, so the
-     * lowest unfinished item still always runs or is about to. */
-    constexpr bool TAKE_AHEAD = MODE_TMA(MODE);
-    int next = TAKE_AHEAD && threadIdx.x == 0 ? atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1) : 0;
     for (;;) {
-        if (threadIdx.x == 0) {
-            if (!TAKE_AHEAD) next = atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
-            sh->item = moe_ep_dev_failed(a.b.error) ? -1 : next;
-            if (TAKE_AHEAD) next = atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
-        }
+        if (threadIdx.x == 0)
+            sh->item = moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
         __syncthreads();
         int i = sh->item;
         __syncthreads();
