@@ -5,7 +5,11 @@
  * block (as the tile), one block per SM, every SM busy.
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        rs_rate.cu -o rs_rate && ./rs_rate
- * Prints MACs per clock per SM (dense fp16 peak: 2048 on H100/H200). */
+ * Prints MACs per clock per SM (dense fp16 peak: 2048 on H100/H200).
+ * Caveat: the "+ ld/cvt fragments" modes overwrite fragment registers that
+ * wgmmas in flight may still read (no wait at steps 0, 1), which ptxas
+ * guards with waits of its own, so they understate RS; rs_block.cu measures
+ * the register tile's consumer loop as it runs. */
 #include "kernels/sm90/fp8_rs_tile.cuh" /* fr_ld_u16, the RS n64 / n128 wrappers */
 
 #include <cuda_runtime.h>

@@ -1,7 +1,9 @@
 /* Weight preprocessing at load time: checkpoint layout (bf16, or already
  * quantized with scales) -> the kernel layout of split_kernels.h: W13 rows
  * interleaved in 256-row tiles (128 gate, 128 up), scales per row, FP8-BLOCK
- * tile scales repeated on each row, NVFP4 global scales S per matrix.
+ * tile scales repeated on each row, NVFP4 global scales S per matrix; the
+ * register tile's layers get each 16-byte chunk of their data rows permuted
+ * for its fragment loads (prep_permute_fragments).
  * Quantization uses the codec shared with the host, so a bf16 checkpoint
  * quantized here equals the host codec's bytes. */
 #include "kernels/gpu_common.cuh"
