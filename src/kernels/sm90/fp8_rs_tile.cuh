@@ -566,29 +566,20 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
 {
     constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
-    /* MX multipliers of the block's four k32 blocks: all loaded with its
-     * words where those are (FR_AHEAD), else each at its block's first step */
-    constexpr int MULT = FR_MX(FMT) ? (AHEAD == WORDS ? 4 : 1) : 0;
-    uint32_t a[FR_RING][4], x[WORDS], y[WORDS], m0[4], m1[4]; /* unrolled: each lives from its load to its last use */
+    uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
     fr_raw r = {};
 #pragma unroll
     for (int wi = 0; wi < AHEAD; wi++) fr_load_word<FMT>(x[wi], y[wi], ad, rs, B, wi);
-#pragma unroll
-    for (int j = 0; j < (MULT == 4 ? 4 : 0); j++) {
-        uint32_t wm = ad.wm + cs * FR_WM_STAGE + j * FR_BN * 4 + B * 256;
-        m0[j] = fr_ld_u32(wm), m1[j] = fr_ld_u32(wm + 32);
-    }
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         const int wi = FR_E2M1(FMT) ? kk / 2 : kk;
         if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
         if ((!FR_E2M1(FMT) || kk % 2 == 0) && wi + AHEAD < WORDS) /* at word wi's first use: the word AHEAD on */
             fr_load_word<FMT>(x[wi + AHEAD], y[wi + AHEAD], ad, rs, B, wi + AHEAD);
-        if (MULT == 1 && kk % 2 == 0) { /* the k32 block's multipliers */
+        if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers */
             uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
-            m0[kk / 2] = fr_ld_u32(wm), m1[kk / 2] = fr_ld_u32(wm + 32);
+            r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
         }
-        if (MULT) r.m[0] = m0[kk / 2], r.m[1] = m1[kk / 2];
         fr_step_bytes<FMT>(r, x[wi], y[wi], kk);
         fr_widen_step<FMT>(a[kk % FR_RING], r);
         wgmma_fence();
