@@ -47,6 +47,22 @@ static CUtensorMap lab_make_map(void *base, CUtensorMapDataType type, int elem_b
     return m;
 }
 
+/* Waits for the launches before it; returns the mean over sms blocks of the
+ * clock64 cycles each wrote to dev_cycles[block] (-1 after a CUDA error). */
+static double lab_mean_cycles(const char *name, const long long *dev_cycles, int sms)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        printf("%s: %s\n", name, cudaGetErrorString(e));
+        return -1.0;
+    }
+    long long h[1024];
+    CHECK(cudaMemcpy(h, dev_cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+    double avg = 0;
+    for (int i = 0; i < sms; i++) avg += (double)h[i] / sms;
+    return avg;
+}
+
 /* best_ms = the fastest of iters runs of the launch statement (the variadic
  * arguments, so a <<<grid, block>>> launch with commas fits), timed with events. */
 #define LAB_TIME_BEST(best_ms, iters, ...)                        \

@@ -18,6 +18,7 @@
  *        rs_block.cu -o rs_block && ./rs_block
  * Prints MACs per clock per SM (dense fp16 peak: 2048). */
 #include "kernels/sm90/fp8_rs_tile.cuh"
+#include "lab_common.cuh"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -136,12 +137,8 @@ static void run(const char *name, long long *cyc, float *sink, int sms)
     int smem = 32768 + N * 256 + 1024;
     cudaFuncSetAttribute(block_rate<N, LOADS, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     for (int rep = 0; rep < 2; rep++) block_rate<N, LOADS, RING><<<sms, 384, smem>>>(cyc, sink);
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) { printf("%s: %s\n", name, cudaGetErrorString(e)); return; }
-    long long hc[256];
-    cudaMemcpy(hc, cyc, sizeof(long long) * sms, cudaMemcpyDeviceToHost);
-    double avg = 0;
-    for (int i = 0; i < sms; i++) avg += (double)hc[i] / sms;
+    double avg = lab_mean_cycles(name, cyc, sms);
+    if (avg < 0) return;
     double macs = 2.0 * STAGES * 2 * 8 * 64.0 * N * 16; /* two warpgroups, 2 blocks x 8 steps per stage */
     printf("%-40s %9.0f cycles %6.0f per stage  %7.1f MAC/clk/SM (%4.1f %% of 2048)\n", name, avg, avg / STAGES,
            macs / avg, 100 * macs / avg / 2048);

@@ -11,6 +11,7 @@
  * guards with waits of its own, so they understate RS; rs_block.cu measures
  * the register tile's consumer loop as it runs. */
 #include "kernels/sm90/fp8_rs_tile.cuh" /* fr_ld_u16, the RS n64 / n128 wrappers */
+#include "lab_common.cuh"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -125,12 +126,8 @@ static void run(const char *name, int n, long long *cyc, float *sink, int sms)
 {
     cudaFuncSetAttribute(rate<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536);
     for (int rep = 0; rep < 2; rep++) rate<MODE><<<sms, 384, 65536>>>(cyc, sink);
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) { printf("%s: %s\n", name, cudaGetErrorString(e)); return; }
-    long long h[256];
-    cudaMemcpy(h, cyc, sizeof(long long) * sms, cudaMemcpyDeviceToHost);
-    double avg = 0;
-    for (int i = 0; i < sms; i++) avg += (double)h[i] / sms;
+    double avg = lab_mean_cycles(name, cyc, sms);
+    if (avg < 0) return;
     double macs = 2.0 * ITERS * 4 * 64.0 * n * 16; /* two warpgroups per SM */
     printf("%-34s %8.0f cycles  %7.1f MAC/clk/SM  (%4.1f %% of 2048)\n", name, avg, macs / avg, 100 * macs / avg / 2048);
 }
@@ -152,11 +149,7 @@ int main(void)
     run<7>("RS m64n128k16 + ld/cvt fragments", 128, cyc, sink, sms);
     run<6>("RS m64n256k16 + ld/cvt fragments", 256, cyc, sink, sms);
     cvt_rate<<<sms, 384>>>(cyc, sink);
-    cudaDeviceSynchronize();
-    long long h[256];
-    cudaMemcpy(h, cyc, sizeof(long long) * sms, cudaMemcpyDeviceToHost);
-    double avg = 0;
-    for (int i = 0; i < sms; i++) avg += (double)h[i] / sms;
+    double avg = lab_mean_cycles("cvt_rate", cyc, sms);
     printf("%-34s %8.0f cycles  %7.1f cvt (2 values) per clk per SM\n", "cvt.rn.f16x2.e4m3x2", avg, 384.0 * ITERS * 4 * 8 / avg);
     return 0;
 }
