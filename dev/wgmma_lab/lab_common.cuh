@@ -47,6 +47,24 @@ static CUtensorMap lab_make_map(void *base, CUtensorMapDataType type, int elem_b
     return m;
 }
 
+/* Buffers of the rate labs (rs_rate.cu, rs_block.cu): one cycle count per
+ * block and a sink of 384 floats per block (keeps results live), for one
+ * block per SM. */
+struct lab_rate_bufs {
+    int sms;
+    long long *cyc;
+    float *sink;
+};
+
+static lab_rate_bufs lab_rate_setup(void)
+{
+    lab_rate_bufs b = {0, NULL, NULL};
+    CHECK(cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaMalloc(&b.cyc, 1024 * sizeof(long long)));
+    CHECK(cudaMalloc(&b.sink, 1024 * 384 * sizeof(float)));
+    return b;
+}
+
 /* Waits for the launches before it; returns the mean over sms blocks of the
  * clock64 cycles each wrote to dev_cycles[block] (-1 after a CUDA error). */
 static double lab_mean_cycles(const char *name, const long long *dev_cycles, int sms)

@@ -146,12 +146,10 @@ static void run(const char *name, long long *cyc, float *sink, int sms)
 
 int main(void)
 {
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    long long *cyc;
-    float *sink;
-    cudaMalloc(&cyc, 256 * sizeof(long long));
-    cudaMalloc(&sink, 256 * 384 * sizeof(float));
+    const lab_rate_bufs b = lab_rate_setup();
+    long long *cyc = b.cyc;
+    float *sink = b.sink;
+    const int sms = b.sms;
     run<128, 2, 2>("n128 fixed fragments, ring 2", cyc, sink, sms);
     run<128, 2, 8>("n128 fixed fragments, ring 8", cyc, sink, sms);
     run<128, 0, 2>("n128 u16 loads, ring 2 (today)", cyc, sink, sms);

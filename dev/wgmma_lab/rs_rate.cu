@@ -134,12 +134,10 @@ static void run(const char *name, int n, long long *cyc, float *sink, int sms)
 
 int main(void)
 {
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    long long *cyc;
-    float *sink;
-    cudaMalloc(&cyc, 256 * sizeof(long long));
-    cudaMalloc(&sink, 256 * 384 * sizeof(float));
+    const lab_rate_bufs b = lab_rate_setup();
+    long long *cyc = b.cyc;
+    float *sink = b.sink;
+    const int sms = b.sms;
     run<0>("RS m64n64k16", 64, cyc, sink, sms);
     run<1>("RS m64n128k16", 128, cyc, sink, sms);
     run<2>("RS m64n256k16", 256, cyc, sink, sms);

@@ -232,16 +232,12 @@ __device__ void group_slots(const moe_ep_mega_args_t &a, const mega_ctx &c, cons
     }
 }
 
-/* Chunks (8 elements) per lane in flight in dispatch_group: one block per SM
- * must keep as many loads in flight as the split kernel's 8 blocks. */
-#define MEGA_DISPATCH_UNROLL 1
-
 /* Dispatch item: tokens [g * tpi, ...) quantized once, written to each of
- * their rows. The group's (token, chunk) pairs are spread over the block,
- * MEGA_DISPATCH_UNROLL warp-wide runs of 32 chunks per lane at a time, their
- * loads first (one token at a time left most threads idle and paid a fence
- * and two barriers per token); a run straddles tokens only at a multiple of
- * 16 chunks (H % 128 == 0), so a format block's lanes share one token. */
+ * their rows. The group's (token, chunk) pairs are spread over the block
+ * (one token at a time left most threads idle and paid a fence and two
+ * barriers per token); a warp's 32 chunks straddle tokens only at a multiple
+ * of 16 chunks (H % 128 == 0), so a format block's lanes share one token.
+ * (Two chunk loads per lane in flight spilled the FP8-BLOCK mega kernel.) */
 __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
 {
     const mega_ctx c = ctx_of(a, sh);
@@ -256,27 +252,16 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, int
         a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x % d.K);
     }
     const int64_t chunks = d.H / 8, total = count * chunks;
-    for (int64_t i0 = (int64_t)(threadIdx.x - lane) * MEGA_DISPATCH_UNROLL; i0 < total;
-         i0 += (int64_t)blockDim.x * MEGA_DISPATCH_UNROLL) { /* warp-uniform: shuffles inside */
-        float v[MEGA_DISPATCH_UNROLL][8];
-#pragma unroll
-        for (int u = 0; u < MEGA_DISPATCH_UNROLL; u++) {
-            int64_t i = i0 + 32 * u + lane;
-            for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
-            if (i < total) {
-                int j = (int)(i / chunks), r = rank_of(sh->token_prefix, d.R, first + j);
-                const uint16_t *x = a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * d.H;
-                load_bf16x8(x, (i % chunks) * 8, ((uintptr_t)x & 15) == 0, v[u]);
-            }
+    for (int64_t i0 = threadIdx.x - lane; i0 < total; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
+        const int64_t i = i0 + lane;
+        const int j = i < total ? (int)(i / chunks) : 0, r = rank_of(sh->token_prefix, d.R, first + j);
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (i < total) {
+            const uint16_t *x = a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * d.H;
+            load_bf16x8(x, (i % chunks) * 8, ((uintptr_t)x & 15) == 0, v);
         }
-#pragma unroll
-        for (int u = 0; u < MEGA_DISPATCH_UNROLL; u++) {
-            int64_t i = i0 + 32 * u + lane;
-            int j = i < total ? (int)(i / chunks) : 0;
-            bool write = i < total && rank_of(sh->token_prefix, d.R, first + j) != a.absent_rank;
-            dispatch_chunk(f, v[u], d.H, (i % chunks) * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + j * d.K,
-                           d.K, write);
-        }
+        dispatch_chunk(f, v, d.H, (i % chunks) * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + j * d.K, d.K,
+                       i < total && r != a.absent_rank);
     }
     __threadfence();
     __syncthreads();
