@@ -314,6 +314,19 @@ MOE_EP_HD float moe_ep_fp8_block_encode_part(const float *x, int n, float amax, 
     return s;
 }
 
+MOE_EP_HD uint16_t moe_ep_fp4_wire_encode_part(const float *x, int n, float amax, int nan_or_inf, uint8_t *q)
+{
+    if (nan_or_inf) {
+        for (int i = 0; i < n; i++) q[i] = 0;
+        return MOE_EP_BF16_NAN;
+    }
+    uint16_t sb = moe_ep_fp4_wire_scale_for_amax(amax);
+    float s = moe_ep_bf16_to_f32(sb);
+    float enc = s == 0.0f ? 0.0f : moe_ep_div(1.0f, s);
+    for (int i = 0; i < n; i++) q[i] = enc == 0.0f ? 0 : moe_ep_e2m1_from_f32(moe_ep_clamp6(moe_ep_mul(x[i], enc)));
+    return sb;
+}
+
 MOE_EP_HD uint8_t moe_ep_mxfp8_block_encode(const float *x, uint8_t *q)
 {
     int nan, inf;
@@ -353,16 +366,7 @@ MOE_EP_HD uint16_t moe_ep_fp4_wire_block_encode(const float *x, uint8_t *q)
 {
     int nan, inf;
     float amax = moe_ep_block_amax(x, MOE_EP_FP4_WIRE_BLOCK, &nan, &inf);
-    if (nan || inf) {
-        for (int i = 0; i < MOE_EP_FP4_WIRE_BLOCK; i++) q[i] = 0;
-        return MOE_EP_BF16_NAN;
-    }
-    uint16_t sb = moe_ep_fp4_wire_scale_for_amax(amax);
-    float s = moe_ep_bf16_to_f32(sb);
-    float enc = s == 0.0f ? 0.0f : moe_ep_div(1.0f, s);
-    for (int i = 0; i < MOE_EP_FP4_WIRE_BLOCK; i++)
-        q[i] = enc == 0.0f ? 0 : moe_ep_e2m1_from_f32(moe_ep_clamp6(moe_ep_mul(x[i], enc)));
-    return sb;
+    return moe_ep_fp4_wire_encode_part(x, MOE_EP_FP4_WIRE_BLOCK, amax, nan || inf, q);
 }
 
 /* ---- Dequantized element values ------------------------------------------ */

@@ -40,9 +40,16 @@ __device__ __forceinline__ bool moe_ep_dev_failed(const uint32_t *error)
     return *(volatile const uint32_t *)error != 0u;
 }
 
+/* Two fp32 -> bf16 (round to nearest even) in one word, lo in the low half:
+ * the hardware conversion, the codec's quiet NaN (sign and payload kept,
+ * where the hardware gives a canonical NaN) when either is NaN. */
 __device__ __forceinline__ uint32_t moe_ep_pack_bf16x2(float lo, float hi)
 {
-    return (uint32_t)moe_ep_bf16_from_f32(lo) | ((uint32_t)moe_ep_bf16_from_f32(hi) << 16);
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    if (moe_ep_isnan(lo)) r = (r & 0xFFFF0000u) | (__float_as_uint(lo) >> 16) | 0x0040u;
+    if (moe_ep_isnan(hi)) r = (r & 0x0000FFFFu) | ((__float_as_uint(hi) | 0x00400000u) & 0xFFFF0000u);
+    return r;
 }
 
 #endif

@@ -304,7 +304,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
-    else if constexpr (MODE_RS(MODE)) /* the lanes epilogue (FP8-BLOCK) spills in this kernel at 128 rows */
+    else if constexpr (MODE_RS(MODE)) /* the chunk epilogue spills in this kernel at 128 rows */
         fp8_rs_tile<RS_FMT_OF(MODE), BM, BM == 64>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);

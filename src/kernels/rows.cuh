@@ -44,7 +44,8 @@ __device__ __forceinline__ float block_amax_lanes(const float v[8], int lanes, i
  * none) in scale_bits; lane leaders of blocks write the scale. */
 struct enc_chunk {
     uint4 q;           /* bf16: 16 bytes; E4M3: 8; E2M1: 4 (packed nibbles) */
-    uint32_t scale;    /* UE8M0 / E4M3 byte, or the fp32 bits of an FP8-BLOCK scale */
+    uint32_t scale;    /* UE8M0 / E4M3 byte, the bf16 bits of an FP4-wire scale, or the fp32 bits of an
+                          FP8-BLOCK scale */
 };
 
 __device__ __forceinline__ enc_chunk encode_chunk(moe_ep_format_t f, const float v[8], float S)
@@ -60,8 +61,9 @@ __device__ __forceinline__ enc_chunk encode_chunk(moe_ep_format_t f, const float
     uint8_t q[8];
     if (f == MOE_EP_FORMAT_MXFP8) e.scale = moe_ep_mxfp8_encode_part(v, 8, amax, nan, q);
     else if (f == MOE_EP_FORMAT_FP8_BLOCK) e.scale = __float_as_uint(moe_ep_fp8_block_encode_part(v, 8, amax, nan || inf, q));
+    else if (f == MOE_EP_FORMAT_FP4_WIRE) e.scale = moe_ep_fp4_wire_encode_part(v, 8, amax, nan || inf, q);
     else e.scale = moe_ep_nvfp4_encode_part(v, 8, S, amax, nan, q);
-    if (f == MOE_EP_FORMAT_NVFP4) {
+    if (moe_ep_format_is_fp4(f)) {
         for (int i = 0; i < 4; i++) e.q.x |= (uint32_t)(q[2 * i] | (q[2 * i + 1] << 4)) << (8 * i);
     } else {
         for (int i = 0; i < 4; i++) e.q.x |= (uint32_t)q[i] << (8 * i), e.q.y |= (uint32_t)q[4 + i] << (8 * i);

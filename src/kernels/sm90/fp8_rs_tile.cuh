@@ -58,14 +58,20 @@
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
  * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
- * multiplies by 1 / (S_x S_w). FP8-BLOCK's GEMM1 outputs go through
- * epilogue_lanes (gemm_common.cuh) where the caller has the registers. */
+ * multiplies by 1 / (S_x S_w). The outputs go through epilogue_chunks
+ * (gemm_common.cuh) where the caller has the registers. */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
 #include "kernels/sm90/qgmma_tile.cuh" /* gemm_common, hopper, tma_map, wg_consumer_barrier */
 
 #include <cuda_fp16.h>
+
+/* Timing hooks for the kernel lab (dev/wgmma_lab/rs_tile.cu defines
+ * FR_TRACE(point) to stamp clock64 at the numbered points); nothing here. */
+#ifndef FR_TRACE
+#define FR_TRACE(point) ((void)0)
+#endif
 
 #define FR_BM 128  /* activation rows (the wgmma N): 128, or 64 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
@@ -75,10 +81,12 @@
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
- * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. */
+ * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. W4A8 at 128 rows 40 / 232: with
+ * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
+ * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 104 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 200 : 224)
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 ? 40 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 ? 232 : 224)
 
 enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 
@@ -116,18 +124,24 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * its load latency must hide behind the other stages' compute. At 128 rows
  * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 2
  * (3 spills its mega kernel). 64 rows: E4M3 3, E2M1 4. */
+#ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
 #define FR_RAW_OF(FMT, BMA) ((BMA) == 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
+#endif
 /* fp16 activation stages (BMA x 128 fp16: 32 KB at 128 rows): 3, so that the
  * producer can widen a stage ahead of a slow one (2 made producer and
  * consumers wait on each other, Nsight Compute at 4721f3b); 2 for MXFP8 and
  * W4A8 at 128 rows, whose mega kernels spill with 3. */
+#ifndef FR_CVT_OF
 #define FR_CVT_OF(FMT, BMA) (FR_MX(FMT) && (BMA) == 128 ? 2 : 3)
+#endif
 /* Scale blocks per stage kept for the multipliers: MXFP8 and W4A8 4 k32
  * blocks, NVFP4 8 k16 blocks (16-bit), FP8-BLOCK none (1 to keep the arrays). */
 #define FR_MULT_BLOCKS(FMT) ((FMT) == RS_FP8_BLOCK ? 1 : 4)
 /* Shared memory a block may have (sm_90: 227 KB), less what the tile leaves to
  * a persistent kernel around it (mega: its counters and tables, 4 KB + 8 B per expert). */
+#ifndef FR_SMEM_LIMIT
 #define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024)
+#endif
 
 template <int FMT, int BMA>
 struct fr_smem {
@@ -435,18 +449,24 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             int rs = cv % RAW, cs = cv % CVT;
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
+            FR_TRACE(8);
             mbar_wait(&s.raw_full[rs], (cv / RAW) & 1);
             mbar_wait(&s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
+            FR_TRACE(9);
             fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
+#ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
             fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
+#endif
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_full[cs]);
         }
         if (t == 0 && kt < n_k) { /* raw stage kt, RAW - 1 ahead of the one widened */
             int st = kt % RAW;
+            FR_TRACE(10);
             mbar_wait(&s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
+            FR_TRACE(11);
             mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
@@ -659,14 +679,14 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
     }
 }
 
-/* LANES_EPILOGUE: FP8-BLOCK's GEMM1 outputs through epilogue_lanes (the
- * same bytes; off where the caller lacks the registers). */
+/* CHUNK_EPILOGUE: the epilogue by chunks of 8 columns per lane
+ * (epilogue_chunks, the same bytes; off where the caller lacks the registers). */
 /* Every thread of a 384-thread block calls it; BMA = 128 or 64 activation
  * rows (the same sums, bit for bit: each output element is one m64nNk16
  * chain whatever N); ta / tb: raw maps with boxes of BMA x 128 and 256 x 128
  * bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
-template <int FMT, int BMA, bool LANES_EPILOGUE = true>
+template <int FMT, int BMA, bool CHUNK_EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
@@ -686,6 +706,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     if (wg == 0) {
         setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
         fr_produce<FMT, BMA>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        FR_TRACE(7);
         setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
@@ -697,8 +718,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
 #pragma unroll 1
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
             int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
+            FR_TRACE(5);
             mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
             mbar_wait(&s.cvt_full[cs], (kt / smem_t::CVT) & 1);
+            FR_TRACE(6);
+            if (kt == 0) FR_TRACE(1);
             if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
                 fr_stage_nv<BMA>(acc, ad, rs, cs);
             } else {
@@ -710,7 +734,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
+        FR_TRACE(2);
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
+        FR_TRACE(12);
         float(*C)[FR_BN + 4] = (float(*)[FR_BN + 4])(void *)&s;
         h = threadIdx.x / 128 - 1, lane = threadIdx.x % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
         if constexpr (FR_NV(FMT)) {
@@ -721,7 +747,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         fr_store_fragment<BMA>(C, acc[0], 128 * h, g8, q);
         fr_store_fragment<BMA>(C, acc[1], 128 * h + 64, g8, q);
         wg_consumer_barrier();
-        epilogue<BMA, FR_BN, LANES_EPILOGUE && FMT == RS_FP8_BLOCK>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        FR_TRACE(13);
+        epilogue<BMA, FR_BN, CHUNK_EPILOGUE>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        FR_TRACE(3);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */

@@ -80,52 +80,98 @@ __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *
     }
 }
 
-/* The epilogue for FP8-BLOCK outputs. One item per row and 128-wide block
- * would run 128 values serially on half the threads (Nsight Compute: the
- * epilogue's loads and multiplies among the register tile's largest stalls),
- * so here a lane takes 8 columns and a block's 16 lanes share its amax and
- * flags through shuffles (the *_encode_part codec: the whole-block encoder's
- * bytes, as dispatch).
- * Rows of 128 (GEMM1) or BN (a multiple of 128) columns; nthreads % 32 == 0,
+/* The epilogue by chunks: a lane takes 8 consecutive output columns of a
+ * row (two 16-byte reads of C, SwiGLU of GEMM1, encode_chunk: a block's
+ * lanes share its amax and flags through shuffles, giving the whole-block
+ * encoder's bytes), so a warp covers 2 (GEMM1) or 1 (GEMM2, BN = 256) rows
+ * at once; compiled per output format (F) and GEMM (GLU), so the item's row
+ * and column are shifts and no format test runs per chunk. The epilogue is
+ * bound by instruction issue (2 warps per scheduler, Nsight Compute on
+ * dev/wgmma_lab/epilogue_rate.cu: IPC 0.36-0.44 per scheduler, 140-970
+ * instructions per chunk), not by shared memory or stores.
+ * Rows of 128 (GEMM1) or BN = 256 (GEMM2) output columns; nthreads % 32 == 0,
  * every thread of each warp calling. */
-template <int BM, int BN>
-__device__ void epilogue_lanes(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
-                               int nthreads)
+template <int BM, int BN, moe_ep_format_t F, bool GLU>
+__device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid,
+                                                   int n0, int tid, int nthreads)
 {
-    const bool glu = g.N != g.N_out;
-    const int chunks = (glu ? 128 : BN) / 8; /* per row: 16 or 32, so a 16-lane block never straddles rows */
-    const int64_t c0 = glu ? n0 / 2 : n0, row_bytes = moe_ep_row_data_bytes(g.out_fmt, g.N_out);
+    static_assert(BN == 256, "chunks of a row: 16 (GEMM1) or 32 (GEMM2) lanes");
+    constexpr int CHUNKS = (GLU ? 128 : BN) / 8;
+    constexpr int BLK = F == MOE_EP_FORMAT_BF16 ? 8 : F == MOE_EP_FORMAT_MXFP8 ? 32 : F == MOE_EP_FORMAT_FP8_BLOCK ? 128 : 16;
+    const int64_t c0 = GLU ? n0 / 2 : n0, row_bytes = moe_ep_row_data_bytes(F, g.N_out);
     const int lane = tid & 31;
-    for (int base = tid - lane; base < BM * chunks; base += nthreads) { /* warp-uniform: shuffles inside */
-        int item = base + lane, m = item / chunks, j = (item % chunks) * 8;
-        bool on = item < BM * chunks && m < rows_valid;
-        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (on)
-            for (int i = 0; i < 8; i++) v[i] = glu ? moe_ep_swiglu(C[m][j + i], C[m][128 + j + i], g.swiglu_limit) : C[m][j + i];
-        int nan, inf;
-        float amax = block_amax_lanes(v, 16, &nan, &inf);
-        uint8_t q[8];
-        float scale = moe_ep_fp8_block_encode_part(v, 8, amax, nan || inf, q);
-        if (!on) continue;
-        uint2 w = make_uint2(0, 0);
-        for (int i = 0; i < 4; i++) w.x |= (uint32_t)q[i] << (8 * i), w.y |= (uint32_t)q[4 + i] << (8 * i);
-        *(uint2 *)(g.out + (row0 + m) * row_bytes + c0 + j) = w;
-        if ((c0 + j) % 128 == 0) ((float *)(g.out_scales + (row0 + m) * g.out_scale_stride))[(c0 + j) / 128] = scale;
+    /* items of the valid rows, rounded up to whole warps (rows past the valid ones: encoded, not stored) */
+    const int items = min(BM * CHUNKS, (rows_valid * CHUNKS + 31) & ~31);
+    for (int base = tid - lane; base < items; base += nthreads) { /* warp-uniform: shuffles inside */
+        const int item = base + lane, m = item / CHUNKS, j = (item % CHUNKS) * 8;
+        const float4 *p = (const float4 *)&C[m][j];
+        const float4 lo = p[0], hi = p[1];
+        float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        if constexpr (GLU) {
+            const float4 *pu = (const float4 *)&C[m][128 + j];
+            const float4 ul = pu[0], uh = pu[1];
+            const float u[8] = {ul.x, ul.y, ul.z, ul.w, uh.x, uh.y, uh.z, uh.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = moe_ep_swiglu(v[i], u[i], g.swiglu_limit);
+        }
+        const enc_chunk e = encode_chunk(F, v, g.out_gs);
+        if (m >= rows_valid) continue; /* whole blocks: a block's lanes share its row */
+        const int64_t c = c0 + j;
+        uint8_t *d = g.out + (row0 + m) * row_bytes;
+        if constexpr (F == MOE_EP_FORMAT_BF16) {
+            *(uint4 *)(d + 2 * c) = e.q;
+            continue;
+        } else if constexpr (F == MOE_EP_FORMAT_NVFP4 || F == MOE_EP_FORMAT_FP4_WIRE) {
+            *(uint32_t *)(d + c / 2) = e.q.x;
+        } else {
+            *(uint2 *)(d + c) = make_uint2(e.q.x, e.q.y);
+        }
+        if (c % BLK) continue;
+        uint8_t *s = g.out_scales + (row0 + m) * g.out_scale_stride;
+        if constexpr (F == MOE_EP_FORMAT_FP8_BLOCK) ((uint32_t *)s)[c / BLK] = e.scale;
+        else if constexpr (F == MOE_EP_FORMAT_FP4_WIRE) ((uint16_t *)s)[c / BLK] = (uint16_t)e.scale;
+        else s[c / BLK] = (uint8_t)e.scale;
     }
+}
+
+/* GEMM outputs that epilogue_chunks runs (true) and those the serial
+ * epilogue runs faster (dev/wgmma_lab/epilogue_rate.cu on the H200, cycles
+ * per 128-row tile, 256 threads; see docs/benchmarks.md). */
+__device__ __forceinline__ bool epilogue_by_chunks(moe_ep_format_t f, bool glu)
+{
+    return glu ? f == MOE_EP_FORMAT_FP8_BLOCK : f == MOE_EP_FORMAT_BF16 || f == MOE_EP_FORMAT_MXFP8;
+}
+
+/* epilogue_chunks for the outputs epilogue_by_chunks picks. */
+template <int BM, int BN>
+__device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
+                                int nthreads)
+{
+    if (g.N != g.N_out) /* GEMM1: FP8-BLOCK (epilogue_by_chunks) */
+        epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_FP8_BLOCK, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+    else if (g.out_fmt == MOE_EP_FORMAT_BF16)
+        epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_BF16, false>(g, C, row0, rows_valid, n0, tid, nthreads);
+    else
+        epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_MXFP8, false>(g, C, row0, rows_valid, n0, tid, nthreads);
 }
 
 /* Epilogue, run by nthreads threads (tid = 0..nthreads-1). GEMM1 (N = 2 N_out,
  * BN = 256): C holds h; a = SwiGLU(C[m][j], C[m][128 + j]) for the tile's 128
  * outputs, rounded to out_fmt. GEMM2: C holds y, rounded to the wire format.
- * FP8_BLOCK_LANES: FP8-BLOCK outputs through epilogue_lanes (the register
- * tile; the mma.sync tiles have no registers to spare for it). */
-template <int BM, int BN, bool FP8_BLOCK_LANES = false>
+ * CHUNKS: through epilogue_chunks where that is faster (the same bytes; the
+ * wgmma tiles of 256 columns; the mma.sync tiles have no registers to spare
+ * for it). Keep the serial path compiled beside it: in the
+ * register tile at 128 rows, the chunks alone (the serial path folded away)
+ * made ptxas spill 40-50 bytes of the consumers' K loop (2026-11-30). */
+template <int BM, int BN, bool CHUNKS = false>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
 {
-    if (FP8_BLOCK_LANES && g.out_fmt == MOE_EP_FORMAT_FP8_BLOCK) {
-        epilogue_lanes<BM, BN>(g, C, row0, rows_valid, n0, tid, nthreads);
-        return;
+    if constexpr (CHUNKS) {
+        if (epilogue_by_chunks(g.out_fmt, g.N != g.N_out)) {
+            epilogue_chunks<BM, BN>(g, C, row0, rows_valid, n0, tid, nthreads);
+            return;
+        }
     }
     const bool glu = g.N != g.N_out;
     const int width = glu ? 128 : BN; /* output columns of this tile */

@@ -26,9 +26,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
 {
     typedef tile_shape<KIND> S;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
+    __shared__ int next_tile; /* the loop's index kept here, not in a register across the tile */
     if (moe_ep_dev_failed(g.error)) return;
-    int n_tiles = g.N / S::BN, tiles = g.tile_offset[g.E] * n_tiles;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) { /* persistent: one CTA per SM */
+    const int n_tiles = g.N / S::BN;
+    for (int tile = blockIdx.x; tile < g.tile_offset[g.E] * n_tiles;) { /* persistent: one CTA per SM */
+        if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
         int mt = tile / n_tiles, n0 = (tile % n_tiles) * S::BN;
         int e = tile_expert(g.tile_offset, g.E, mt);
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * S::BM;
@@ -36,6 +38,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        tile = next_tile;
+        __syncthreads(); /* read by every thread before thread 0 writes the next */
     }
 }
 

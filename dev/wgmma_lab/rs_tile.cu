@@ -1,0 +1,232 @@
+/* Kernel lab: where the register tile's time goes. Runs the library's
+ * fp8_rs_tile (fp8_rs_tile.cuh, unchanged) in a persistent grid like the
+ * split backend's grouped GEMM, with its FR_TRACE hooks stamping clock64
+ * (consumer 0's thread 128: tile start / end, each stage's mbarrier waits,
+ * K loop end, consumers met, C stored, epilogue end; the producer's thread 0: its waits for a stage
+ * to widen, for a raw stage to refill, and its end). Prints per tile, in
+ * cycles: the whole tile, the consumer's fill (first stage ready), its
+ * stage waits, the K loop, the epilogue; the producer's waits; and the
+ * kernel's rate against the fp16 peak (2048 MAC/clk/SM at the clock the
+ * stamps give: the blocks' tile cycles over the kernel's time).
+ * A K sweep separates the per-stage cost (slope) from the per-tile one.
+ *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
+ *        rs_tile.cu -o rs_tile && ./rs_tile
+ * Inputs are random (E4M3 / E2M1 bytes, scales as scale_word); outputs are not checked. */
+#include <stdint.h>
+
+#define LAB_POINTS 16
+__device__ long long *g_stamp_sum, *g_stamp_count; /* [block][LAB_POINTS] */
+/* Sums and counts in shared memory during the kernel (a global
+ * read-modify-write would put its latency in the consumer's loop). */
+__shared__ long long s_stamp_sum[LAB_POINTS], s_stamp_count[LAB_POINTS];
+
+/* Points 7-11 by the producer's first thread, the others by consumer 0's. */
+__device__ __forceinline__ void lab_stamp(int p)
+{
+    if (threadIdx.x != (p >= 7 && p < 12 ? 0 : 128)) return;
+    s_stamp_sum[p] += clock64();
+    s_stamp_count[p] += 1;
+}
+#define FR_TRACE(p) lab_stamp(p)
+#ifdef LAB_RAW /* ring depths to try (fp8_rs_tile.cuh's defaults otherwise) */
+#define FR_RAW_OF(FMT, BMA) LAB_RAW
+#endif
+#ifdef LAB_CVT
+#define FR_CVT_OF(FMT, BMA) LAB_CVT
+#define FR_SMEM_LIMIT (227 * 1024) /* the split backend's: no mega kernel around the lab's tile */
+#endif
+
+#include "kernels/sm90/fp8_rs_tile.cuh"
+#include "lab_common.cuh"
+
+#include <stdarg.h>
+#include <string.h>
+#include <vector>
+
+extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s:%d: ", file, line);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    return status;
+}
+
+template <int FMT, int BMA>
+__global__ void __launch_bounds__(384, 1) tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
+                                                   const __grid_constant__ CUtensorMap tb)
+{
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    int n_tiles = g.N / FR_BN, tiles = g.tile_offset[g.E] * n_tiles;
+    if (threadIdx.x < LAB_POINTS) s_stamp_sum[threadIdx.x] = 0, s_stamp_count[threadIdx.x] = 0;
+    __syncthreads();
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int mt = tile / n_tiles, n0 = (tile % n_tiles) * FR_BN;
+        int e = tile_expert(g.tile_offset, g.E, mt);
+        int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BMA;
+        int rows_valid = (int)min((int64_t)BMA, (int64_t)g.expert_offset[e + 1] - row0);
+        lab_stamp(0);
+        fp8_rs_tile<FMT, BMA>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        lab_stamp(4);
+    }
+    __syncthreads();
+    if (threadIdx.x < LAB_POINTS)
+        g_stamp_sum[blockIdx.x * LAB_POINTS + threadIdx.x] = s_stamp_sum[threadIdx.x],
+        g_stamp_count[blockIdx.x * LAB_POINTS + threadIdx.x] = s_stamp_count[threadIdx.x];
+}
+
+__global__ void fill_random(uint8_t *p, int64_t n, uint32_t seed, int e4m3)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        /* E4M3: exponent field 5..9 (2^-2 .. 2^2), any sign and mantissa; E2M1 pairs: any byte */
+        p[i] = e4m3 ? (uint8_t)((h & 0x87) | (((h >> 8) % 5 + 5) << 3)) : (uint8_t)h;
+    }
+}
+
+__global__ void fill_u32(uint32_t *p, int64_t n, uint32_t v)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) p[i] = v;
+}
+
+static void *dev_alloc(size_t n)
+{
+    void *p;
+    CHECK(cudaMalloc(&p, n < 16 ? 16 : n));
+    return p;
+}
+
+/* One scale of format f, replicated in a 32-bit word: 1 for the
+ * activations, 2^-7 for the weights (FP8-BLOCK, MX; NVFP4: S_w = 128), so
+ * the sums are O(1) as in the bench (whose weights have std 1 / sqrt(K)):
+ * large sums made SwiGLU's division take its slow path. */
+static uint32_t scale_word(moe_ep_format_t f, bool weights)
+{
+    if (f == MOE_EP_FORMAT_FP8_BLOCK) return weights ? 0x3C000000u : 0x3F800000u;
+    if (f == MOE_EP_FORMAT_NVFP4) return 0x38383838u;
+    return weights ? 0x78787878u : 0x7F7F7F7Fu;
+}
+
+struct lab_case {
+    const char *name;
+    moe_ep_format_t a_fmt, b_fmt, out_fmt;
+    int K, N, glu;
+};
+
+/* E experts of rows_per_expert rows; GEMM1-like (glu: N_out = N / 2, output
+ * in the activation format) or GEMM2-like (N_out = N, bf16 out). */
+template <int FMT, int BMA>
+static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int clock_khz)
+{
+    const int K = c.K, N = c.N, N_out = c.glu ? N / 2 : N;
+    const int64_t rows = (int64_t)E * rows_per_expert;
+    std::vector<int32_t> eo(E + 1), to(E + 1);
+    for (int e = 0; e <= E; e++) eo[e] = e * rows_per_expert, to[e] = e * ((rows_per_expert + BMA - 1) / BMA);
+    gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.a_fmt = c.a_fmt, g.b_fmt = c.b_fmt, g.out_fmt = c.out_fmt;
+    g.K = K, g.N = N, g.N_out = N_out, g.E = E, g.swiglu_limit = 10.0f, g.a_gs = 1.0f, g.out_gs = 1.0f;
+    g.a_scale_stride = (int)moe_ep_act_scale_stride(c.a_fmt, K);
+    g.out_scale_stride = moe_ep_act_scale_stride(c.out_fmt, N_out);
+    int64_t a_bytes = moe_ep_row_data_bytes(c.a_fmt, K) * rows, b_bytes = moe_ep_row_data_bytes(c.b_fmt, K) * E * (int64_t)N;
+    int64_t as_bytes = g.a_scale_stride * rows, bs_bytes = moe_ep_row_scale_bytes(c.b_fmt, K) * E * (int64_t)N;
+    uint8_t *a = (uint8_t *)dev_alloc(a_bytes), *b = (uint8_t *)dev_alloc(b_bytes);
+    uint8_t *as = (uint8_t *)dev_alloc(as_bytes), *bs = (uint8_t *)dev_alloc(bs_bytes);
+    fill_random<<<1024, 256>>>(a, a_bytes, 1, !moe_ep_format_is_fp4(c.a_fmt));
+    fill_random<<<1024, 256>>>(b, b_bytes, 2, !moe_ep_format_is_fp4(c.b_fmt));
+    fill_u32<<<1024, 256>>>((uint32_t *)as, as_bytes / 4, scale_word(c.a_fmt, false));
+    fill_u32<<<1024, 256>>>((uint32_t *)bs, bs_bytes / 4, scale_word(c.b_fmt, true));
+    float *gs = (float *)dev_alloc(E * sizeof(float));
+    fill_u32<<<1, 256>>>((uint32_t *)gs, E, 0x43000000u); /* NVFP4 S_w = 128 */
+    g.a = a, g.a_scales = as, g.b = b, g.b_scales = bs, g.b_gs = gs;
+    g.out = (uint8_t *)dev_alloc(moe_ep_row_data_bytes(c.out_fmt, N_out) * rows);
+    g.out_scales = (uint8_t *)dev_alloc(g.out_scale_stride * rows + 16);
+    int32_t *d_eo = (int32_t *)dev_alloc((E + 1) * 4), *d_to = (int32_t *)dev_alloc((E + 1) * 4);
+    CHECK(cudaMemcpy(d_eo, eo.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_to, to.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+    g.expert_offset = d_eo, g.tile_offset = d_to;
+    uint32_t *err = (uint32_t *)dev_alloc(4);
+    CHECK(cudaMemset(err, 0, 4));
+    g.error = err;
+
+    CUtensorMap ta, tb;
+    if (fr_make_maps<BMA>(g, rows, &ta, &tb) != MOE_EP_SUCCESS) exit(1);
+    cudaFuncAttributes fa;
+    CHECK(cudaFuncGetAttributes(&fa, tile_lab<FMT, BMA>));
+    if (fa.numRegs != FR_LAUNCH_REGS) {
+        printf("%s: %d registers, the tile needs %d (local %zu B)\n", c.name, fa.numRegs, FR_LAUNCH_REGS,
+               (size_t)fa.localSizeBytes);
+        return;
+    }
+    const int smem = (int)FR_SMEM_BYTES(FMT, BMA); /* + the stamps' 256 B of static shared memory */
+    CHECK(cudaFuncSetAttribute(tile_lab<FMT, BMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    long long *sum = (long long *)dev_alloc(sms * LAB_POINTS * 8), *cnt = (long long *)dev_alloc(sms * LAB_POINTS * 8);
+    CHECK(cudaMemcpyToSymbol(g_stamp_sum, &sum, sizeof sum));
+    CHECK(cudaMemcpyToSymbol(g_stamp_count, &cnt, sizeof cnt));
+    float best_ms;
+    LAB_TIME_BEST(best_ms, 3, tile_lab<FMT, BMA><<<sms, 384, smem>>>(g, ta, tb));
+    /* stamps of one more run */
+    CHECK(cudaMemset(sum, 0, sms * LAB_POINTS * 8));
+    CHECK(cudaMemset(cnt, 0, sms * LAB_POINTS * 8));
+    tile_lab<FMT, BMA><<<sms, 384, smem>>>(g, ta, tb);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<long long> hs(sms * LAB_POINTS), hc(sms * LAB_POINTS);
+    CHECK(cudaMemcpy(hs.data(), sum, hs.size() * 8, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(hc.data(), cnt, hc.size() * 8, cudaMemcpyDeviceToHost));
+    /* per tile, averaged over the blocks: sum over tiles of (stamp p - stamp q) / tiles */
+    double d[LAB_POINTS] = {0}, tiles = 0;
+    for (int blk = 0; blk < sms; blk++) {
+        tiles += hc[blk * LAB_POINTS + 0];
+        for (int p = 0; p < LAB_POINTS; p++) d[p] += (double)hs[blk * LAB_POINTS + p];
+    }
+    auto per_tile = [&](int p, int q) { return (d[p] - d[q]) / tiles; };
+    double stages = K / FR_BK, macs = (double)rows * N * K;
+    double mac_per_clk = macs / (best_ms * 1e-3) / (clock_khz * 1e3) / sms;
+    double mhz = (d[4] - d[0]) / sms / (best_ms * 1e-3) / 1e6; /* busy cycles per block / time */
+    mac_per_clk *= clock_khz / 1e3 / mhz;
+    printf("%-34s K %5d: %8.1f us ~%4.0f MHz %5.1f%% of fp16 peak | tile %7.0f cyc (%5.0f/stage) fill %5.0f waits %6.0f "
+           "kloop %7.0f epi %5.0f (barrier %5.0f C %5.0f) after %4.0f | prod end %7.0f waits: widen %6.0f refill %6.0f\n",
+           c.name, K, best_ms * 1e3, mhz, 100.0 * mac_per_clk / 2048, per_tile(4, 0), per_tile(4, 0) / stages,
+           per_tile(1, 0), per_tile(6, 5), per_tile(2, 0), per_tile(3, 2), per_tile(12, 2), per_tile(13, 12), per_tile(4, 3), per_tile(7, 0),
+           per_tile(9, 8), per_tile(11, 10));
+    cudaFree(a), cudaFree(b), cudaFree(as), cudaFree(bs), cudaFree(gs), cudaFree(g.out), cudaFree(g.out_scales);
+    cudaFree(d_eo), cudaFree(d_to), cudaFree(err), cudaFree(sum), cudaFree(cnt);
+}
+
+int main(void)
+{
+    int sms, clock_khz;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    printf("%d SMs, clock %d MHz (the attribute: the rate below assumes it)\n", sms, clock_khz / 1000);
+    const moe_ep_format_t F8 = MOE_EP_FORMAT_FP8_BLOCK, MX = MOE_EP_FORMAT_MXFP8, NV = MOE_EP_FORMAT_NVFP4,
+                          BF = MOE_EP_FORMAT_BF16;
+    /* flash T = 8192 per expert: 1536 rows (12 tiles of 128); 4 experts: 768 tiles of 256 columns */
+#ifdef LAB_QUICK /* the ring experiments: -DLAB_RAW=3 -DLAB_CVT=2, -DFR_LAB_SKIP_WIDEN */
+    lab_case q2 = {"fp8_block gemm2-like bf16 out", F8, F8, BF, 4096, 4096, 0};
+    run_case<RS_FP8_BLOCK, 128>(q2, 4, 1536, sms, clock_khz);
+    lab_case q1 = {"fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1};
+    run_case<RS_FP8_BLOCK, 128>(q1, 4, 1536, sms, clock_khz);
+    return 0;
+#endif
+    for (int K = 512; K <= 8192; K *= 2) {
+        lab_case c = {"fp8_block gemm2-like bf16 out", F8, F8, BF, K, 4096, 0};
+        run_case<RS_FP8_BLOCK, 128>(c, 4, 1536, sms, clock_khz);
+    }
+    lab_case g1 = {"fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1};
+    run_case<RS_FP8_BLOCK, 128>(g1, 4, 1536, sms, clock_khz);
+    lab_case g1b = {"fp8_block gemm1 bf16 out", F8, F8, BF, 4096, 4096, 1};
+    run_case<RS_FP8_BLOCK, 128>(g1b, 4, 1536, sms, clock_khz);
+    lab_case m1 = {"mxfp8 gemm1 (flash)", MX, MX, MX, 4096, 4096, 1};
+    run_case<RS_MXFP8, 128>(m1, 4, 1536, sms, clock_khz);
+    lab_case m2 = {"mxfp8 gemm2-like bf16 out", MX, MX, BF, 2048, 4096, 0};
+    run_case<RS_MXFP8, 128>(m2, 4, 1536, sms, clock_khz);
+    lab_case n1 = {"nvfp4 gemm1 (flash)", NV, NV, NV, 4096, 4096, 1};
+    run_case<RS_NVFP4, 128>(n1, 4, 1536, sms, clock_khz);
+    lab_case s1 = {"fp8_block gemm1, 64-row tile", F8, F8, F8, 4096, 4096, 1};
+    run_case<RS_FP8_BLOCK, 64>(s1, 4, 1536, sms, clock_khz);
+    return 0;
+}
