@@ -680,13 +680,14 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
 }
 
 /* CHUNK_EPILOGUE: the epilogue by chunks of 8 columns per lane
- * (epilogue_chunks, the same bytes; off where the caller lacks the registers). */
+ * (epilogue_chunks, the same bytes; off where the caller lacks the
+ * registers). EPILOGUE false: none, the caller runs fr_epilogue_after. */
 /* Every thread of a 384-thread block calls it; BMA = 128 or 64 activation
  * rows (the same sums, bit for bit: each output element is one m64nNk16
  * chain whatever N); ta / tb: raw maps with boxes of BMA x 128 and 256 x 128
  * bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
-template <int FMT, int BMA, bool CHUNK_EPILOGUE = true>
+template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
 {
@@ -746,9 +747,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         }
         fr_store_fragment<BMA>(C, acc[0], 128 * h, g8, q);
         fr_store_fragment<BMA>(C, acc[1], 128 * h + 64, g8, q);
-        wg_consumer_barrier();
-        FR_TRACE(13);
-        epilogue<BMA, FR_BN, CHUNK_EPILOGUE>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        if constexpr (EPILOGUE) {
+            wg_consumer_barrier();
+            FR_TRACE(13);
+            epilogue<BMA, FR_BN, CHUNK_EPILOGUE>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+        }
         FR_TRACE(3);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
     }
@@ -757,6 +760,17 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
         for (int i = 0; i < smem_t::CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
     }
+}
+
+/* The epilogue of a tile run with EPILOGUE = false, by every thread of the
+ * block after it (C stays in shared memory until the next tile's first
+ * barrier). A call, not inlined: inlined into the mega kernel, the chunk
+ * epilogue made ptxas spill 24-300 bytes there (2026-11-30). */
+template <int FMT, int BMA>
+__device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
+{
+    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    epilogue<BMA, FR_BN, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
 }
 
 /* The tile's format for a GEMM's operand formats (-1: none). */
