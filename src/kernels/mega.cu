@@ -305,12 +305,10 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     else if constexpr (MODE == MODE_QGMMA)
         qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_RS(MODE)) {
-        /* 128 rows: the chunk epilogue inlined spills in this kernel, so MXFP8,
-         * W4A8 and NVFP4 run it after the tile as a call (fr_epilogue_after);
-         * FP8-BLOCK, whose kernel spills 8 bytes with that call, keeps the
-         * serial epilogue inside the tile */
+        /* 128 rows: the chunk epilogue inlined spills in this kernel, so it
+         * runs after the tile as a call (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
-        constexpr bool AFTER = BM == 128 && FMT != RS_FP8_BLOCK;
+        constexpr bool AFTER = BM == 128;
         fp8_rs_tile<FMT, BM, BM == 64, !AFTER>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
     }

@@ -687,6 +687,20 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
  * chain whatever N); ta / tb: raw maps with boxes of BMA x 128 and 256 x 128
  * bytes (128-byte swizzle). Ends with the block
  * synchronised and shared memory free again. */
+/* The tile's shared memory: smem_raw rounded up to 1024 bytes. PINNED:
+ * computed in an asm volatile, at each tile, not hoisted out of a
+ * persistent kernel's loop (FP8-BLOCK's mega kernel spilled the hoisted
+ * pointer around fr_epilogue_after's call; the other kernels spill with the
+ * asm instead). */
+template <bool PINNED>
+__device__ __forceinline__ uint8_t *fr_align_1024(uint8_t *smem_raw)
+{
+    if constexpr (!PINNED) return (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *p;
+    asm volatile("{\n\t.reg .u64 a;\n\tadd.u64 a, %1, 1023;\n\tand.b64 %0, a, -1024;\n}" : "=l"(p) : "l"(smem_raw));
+    return p;
+}
+
 template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
@@ -694,7 +708,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     typedef fr_smem<FMT, BMA> smem_t;
     static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
-    smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    smem_t &s = *(smem_t *)fr_align_1024<FMT == RS_FP8_BLOCK && !EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
@@ -769,7 +783,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
 template <int FMT, int BMA>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
-    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_align_1024<FMT == RS_FP8_BLOCK>(smem_raw);
     epilogue<BMA, FR_BN, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
 }
 
