@@ -139,7 +139,7 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
  * per 128-row tile, 256 threads; see docs/benchmarks.md). */
 __device__ __forceinline__ bool epilogue_by_chunks(moe_ep_format_t f, bool glu)
 {
-    return glu ? f == MOE_EP_FORMAT_FP8_BLOCK : f == MOE_EP_FORMAT_BF16 || f == MOE_EP_FORMAT_MXFP8;
+    return glu ? f == MOE_EP_FORMAT_FP8_BLOCK || f == MOE_EP_FORMAT_BF16 : f == MOE_EP_FORMAT_BF16 || f == MOE_EP_FORMAT_MXFP8;
 }
 
 /* epilogue_chunks for the outputs epilogue_by_chunks picks. */
@@ -147,8 +147,10 @@ template <int BM, int BN>
 __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                                 int nthreads)
 {
-    if (g.N != g.N_out) /* GEMM1: FP8-BLOCK (epilogue_by_chunks) */
+    if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_FP8_BLOCK)
         epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_FP8_BLOCK, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+    else if (g.N != g.N_out) /* the bf16 path's GEMM1 */
+        epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_BF16, true>(g, C, row0, rows_valid, n0, tid, nthreads);
     else if (g.out_fmt == MOE_EP_FORMAT_BF16)
         epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_BF16, false>(g, C, row0, rows_valid, n0, tid, nthreads);
     else

@@ -93,7 +93,8 @@ __device__ __forceinline__ void wg_produce(uint64_t *full, uint64_t *empty, uint
 
 /* The consumer warpgroups after their K loop: their D fragments (NJ 8-column
  * blocks from column c0, rows r and r + 8) into the fp32 tile C over the
- * drained ring (smem), then the shared epilogue by the 256 consumer threads. */
+ * drained ring (smem), then the shared epilogue by the 256 consumer threads
+ * (epilogue_chunks where epilogue_by_chunks picks it: bf16 outputs, say). */
 template <int NJ, int BM, int BN>
 __device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, const float *d, int r, int c0, int lane,
                                             int64_t row0, int rows_valid, int n0)
@@ -102,7 +103,7 @@ __device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, cons
     float(*C)[BN + 4] = (float(*)[BN + 4])smem;
     wg_store_fragment<NJ, BN>(C, d, r, c0, lane);
     wg_consumer_barrier();
-    epilogue<BM, BN>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
+    epilogue<BM, BN, BN == 256>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
