@@ -204,29 +204,27 @@ int main(void)
     printf("%d SMs, clock %d MHz (the attribute: the rate below assumes it)\n", sms, clock_khz / 1000);
     const moe_ep_format_t F8 = MOE_EP_FORMAT_FP8_BLOCK, MX = MOE_EP_FORMAT_MXFP8, NV = MOE_EP_FORMAT_NVFP4,
                           BF = MOE_EP_FORMAT_BF16;
-    /* flash T = 8192 per expert: 1536 rows (12 tiles of 128); 4 experts: 768 tiles of 256 columns */
-#ifdef LAB_QUICK /* the ring experiments: -DLAB_RAW=3 -DLAB_CVT=2, -DFR_LAB_SKIP_WIDEN */
-    lab_case q2 = {"fp8_block gemm2-like bf16 out", F8, F8, BF, 4096, 4096, 0};
-    run_case<RS_FP8_BLOCK, 128>(q2, 4, 1536, sms, clock_khz);
-    lab_case q1 = {"fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1};
-    run_case<RS_FP8_BLOCK, 128>(q1, 4, 1536, sms, clock_khz);
-    return 0;
+    (void)MX, (void)NV; /* unused with LAB_QUICK */
+    /* flash T = 8192 per expert: 1536 rows (12 tiles of 128); 4 experts: 768 tiles of 256 columns.
+     * LAB(tile format, rows, name, A, W, out format, K, N, GEMM1) */
+#define LAB(FMT, BM, name, a, w, out, K, N, glu)                                  \
+    do {                                                                         \
+        lab_case c_ = {name, a, w, out, K, N, glu};                              \
+        run_case<FMT, BM>(c_, 4, 1536, sms, clock_khz);                          \
+    } while (0)
+#ifndef LAB_QUICK /* the ring experiments only with it: -DLAB_RAW=3 -DLAB_CVT=2, -DFR_LAB_SKIP_WIDEN */
+    for (int K = 512; K <= 8192; K *= 2) LAB(RS_FP8_BLOCK, 128, "fp8_block gemm2-like bf16 out", F8, F8, BF, K, 4096, 0);
+#else
+    LAB(RS_FP8_BLOCK, 128, "fp8_block gemm2-like bf16 out", F8, F8, BF, 4096, 4096, 0);
 #endif
-    for (int K = 512; K <= 8192; K *= 2) {
-        lab_case c = {"fp8_block gemm2-like bf16 out", F8, F8, BF, K, 4096, 0};
-        run_case<RS_FP8_BLOCK, 128>(c, 4, 1536, sms, clock_khz);
-    }
-    lab_case g1 = {"fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1};
-    run_case<RS_FP8_BLOCK, 128>(g1, 4, 1536, sms, clock_khz);
-    lab_case g1b = {"fp8_block gemm1 bf16 out", F8, F8, BF, 4096, 4096, 1};
-    run_case<RS_FP8_BLOCK, 128>(g1b, 4, 1536, sms, clock_khz);
-    lab_case m1 = {"mxfp8 gemm1 (flash)", MX, MX, MX, 4096, 4096, 1};
-    run_case<RS_MXFP8, 128>(m1, 4, 1536, sms, clock_khz);
-    lab_case m2 = {"mxfp8 gemm2-like bf16 out", MX, MX, BF, 2048, 4096, 0};
-    run_case<RS_MXFP8, 128>(m2, 4, 1536, sms, clock_khz);
-    lab_case n1 = {"nvfp4 gemm1 (flash)", NV, NV, NV, 4096, 4096, 1};
-    run_case<RS_NVFP4, 128>(n1, 4, 1536, sms, clock_khz);
-    lab_case s1 = {"fp8_block gemm1, 64-row tile", F8, F8, F8, 4096, 4096, 1};
-    run_case<RS_FP8_BLOCK, 64>(s1, 4, 1536, sms, clock_khz);
+    LAB(RS_FP8_BLOCK, 128, "fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1);
+#ifndef LAB_QUICK
+    LAB(RS_FP8_BLOCK, 128, "fp8_block gemm1 bf16 out", F8, F8, BF, 4096, 4096, 1);
+    LAB(RS_MXFP8, 128, "mxfp8 gemm1 (flash)", MX, MX, MX, 4096, 4096, 1);
+    LAB(RS_MXFP8, 128, "mxfp8 gemm2-like bf16 out", MX, MX, BF, 2048, 4096, 0);
+    LAB(RS_NVFP4, 128, "nvfp4 gemm1 (flash)", NV, NV, NV, 4096, 4096, 1);
+    LAB(RS_FP8_BLOCK, 64, "fp8_block gemm1, 64-row tile", F8, F8, F8, 4096, 4096, 1);
+#endif
+#undef LAB
     return 0;
 }

@@ -96,8 +96,10 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
                                                    int n0, int tid, int nthreads)
 {
     static_assert(BN == 256, "chunks of a row: 16 (GEMM1) or 32 (GEMM2) lanes");
+    static_assert(F == MOE_EP_FORMAT_BF16 || F == MOE_EP_FORMAT_MXFP8 || F == MOE_EP_FORMAT_FP8_BLOCK,
+                  "the outputs epilogue_by_chunks picks");
     constexpr int CHUNKS = (GLU ? 128 : BN) / 8;
-    constexpr int BLK = F == MOE_EP_FORMAT_BF16 ? 8 : F == MOE_EP_FORMAT_MXFP8 ? 32 : F == MOE_EP_FORMAT_FP8_BLOCK ? 128 : 16;
+    constexpr int BLK = F == MOE_EP_FORMAT_BF16 ? 8 : F == MOE_EP_FORMAT_MXFP8 ? 32 : 128;
     const int64_t c0 = GLU ? n0 / 2 : n0, row_bytes = moe_ep_row_data_bytes(F, g.N_out);
     const int lane = tid & 31;
     /* items of the valid rows, rounded up to whole warps (rows past the valid ones: encoded, not stored) */
@@ -121,15 +123,11 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
         if constexpr (F == MOE_EP_FORMAT_BF16) {
             *(uint4 *)(d + 2 * c) = e.q;
             continue;
-        } else if constexpr (F == MOE_EP_FORMAT_NVFP4 || F == MOE_EP_FORMAT_FP4_WIRE) {
-            *(uint32_t *)(d + c / 2) = e.q.x;
-        } else {
-            *(uint2 *)(d + c) = make_uint2(e.q.x, e.q.y);
         }
+        *(uint2 *)(d + c) = make_uint2(e.q.x, e.q.y); /* E4M3 bytes */
         if (c % BLK) continue;
         uint8_t *s = g.out_scales + (row0 + m) * g.out_scale_stride;
         if constexpr (F == MOE_EP_FORMAT_FP8_BLOCK) ((uint32_t *)s)[c / BLK] = e.scale;
-        else if constexpr (F == MOE_EP_FORMAT_FP4_WIRE) ((uint16_t *)s)[c / BLK] = (uint16_t)e.scale;
         else s[c / BLK] = (uint8_t)e.scale;
     }
 }
