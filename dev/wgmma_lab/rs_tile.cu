@@ -187,9 +187,9 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     double mac_per_clk = macs / (best_ms * 1e-3) / (clock_khz * 1e3) / sms;
     double mhz = (d[4] - d[0]) / sms / (best_ms * 1e-3) / 1e6; /* busy cycles per block / time */
     mac_per_clk *= clock_khz / 1e3 / mhz;
-    printf("%-34s K %5d: %8.1f us ~%4.0f MHz %5.1f%% of fp16 peak | tile %7.0f cyc (%5.0f/stage) fill %5.0f waits %6.0f "
+    printf("%-34s E %2d x %4d rows K %5d: %8.1f us %5.0f GB/s of weights ~%4.0f MHz %5.1f%% of fp16 peak | tile %7.0f cyc (%5.0f/stage) fill %5.0f waits %6.0f "
            "kloop %7.0f epi %5.0f (barrier %5.0f C %5.0f) after %4.0f | prod end %7.0f waits: widen %6.0f refill %6.0f\n",
-           c.name, K, best_ms * 1e3, mhz, 100.0 * mac_per_clk / 2048, per_tile(4, 0), per_tile(4, 0) / stages,
+           c.name, E, rows_per_expert, K, best_ms * 1e3, b_bytes / (best_ms * 1e-3) / 1e9, mhz, 100.0 * mac_per_clk / 2048, per_tile(4, 0), per_tile(4, 0) / stages,
            per_tile(1, 0), per_tile(6, 5), per_tile(2, 0), per_tile(3, 2), per_tile(12, 2), per_tile(13, 12), per_tile(4, 3), per_tile(7, 0),
            per_tile(9, 8), per_tile(11, 10));
     cudaFree(a), cudaFree(b), cudaFree(as), cudaFree(bs), cudaFree(gs), cudaFree(g.out), cudaFree(g.out_scales);
@@ -207,11 +207,25 @@ int main(void)
     (void)MX, (void)NV; /* unused with LAB_QUICK */
     /* flash T = 8192 per expert: 1536 rows (12 tiles of 128); 4 experts: 768 tiles of 256 columns.
      * LAB(tile format, rows, name, A, W, out format, K, N, GEMM1) */
-#define LAB(FMT, BM, name, a, w, out, K, N, glu)                                  \
+#define LAB_E(FMT, BM, name, a, w, out, K, N, glu, E, rows)                       \
     do {                                                                         \
         lab_case c_ = {name, a, w, out, K, N, glu};                              \
-        run_case<FMT, BM>(c_, 4, 1536, sms, clock_khz);                          \
+        run_case<FMT, BM>(c_, E, rows, sms, clock_khz);                          \
     } while (0)
+#define LAB(FMT, BM, name, a, w, out, K, N, glu) LAB_E(FMT, BM, name, a, w, out, K, N, glu, 4, 1536)
+#ifdef LAB_DECODE /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-row tiles */
+    const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
+    for (int rows = 12; rows >= 2; rows -= 10) {
+        LAB_E(RS_FP8_BLOCK, 64, "decode fp8_block gemm1", F8, F8, F8, 4096, 4096, 1, 32, rows);
+        LAB_E(RS_FP8_BLOCK, 64, "decode fp8_block gemm2", F8, F8, BF, 2048, 4096, 0, 32, rows);
+        LAB_E(RS_MXFP8, 64, "decode mxfp8 gemm1", MX, MX, MX, 4096, 4096, 1, 32, rows);
+        LAB_E(RS_MXFP8, 64, "decode mxfp8 gemm2", MX, MX, BF, 2048, 4096, 0, 32, rows);
+        LAB_E(RS_W4A8, 64, "decode w4a8 gemm1", MX, M4, MX, 4096, 4096, 1, 32, rows);
+        LAB_E(RS_W4A8, 64, "decode w4a8 gemm2", MX, M4, BF, 2048, 4096, 0, 32, rows);
+        LAB_E(RS_NVFP4, 64, "decode nvfp4 gemm1", NV, NV, NV, 4096, 4096, 1, 32, rows);
+        LAB_E(RS_NVFP4, 64, "decode nvfp4 gemm2", NV, NV, BF, 2048, 4096, 0, 32, rows);
+    }
+#else
 #ifndef LAB_QUICK /* the ring experiments only with it: -DLAB_RAW=3 -DLAB_CVT=2, -DFR_LAB_SKIP_WIDEN */
     for (int K = 512; K <= 8192; K *= 2) LAB(RS_FP8_BLOCK, 128, "fp8_block gemm2-like bf16 out", F8, F8, BF, K, 4096, 0);
 #else
@@ -225,6 +239,7 @@ int main(void)
     LAB(RS_NVFP4, 128, "nvfp4 gemm1 (flash)", NV, NV, NV, 4096, 4096, 1);
     LAB(RS_FP8_BLOCK, 64, "fp8_block gemm1, 64-row tile", F8, F8, F8, 4096, 4096, 1);
 #endif
+#endif /* LAB_DECODE */
 #undef LAB
     return 0;
 }

@@ -534,13 +534,23 @@ struct fr_raw {
     uint32_t v[4], m[2];
 };
 
-/* Step kk's pairs out of its words (fr_load_word): x of row g, y of row g + 8. */
+/* E2M1 weight words (bits spread at load, weights.cu: prep_e2m1_spread):
+ * the pairs of step kk % 2 as f16x2 of value x 2^-14 (fr_e2m1x2's bits):
+ * *lo the pair of fragment register a[0] (or a[1]), *hi of a[2] (a[3]). */
+__device__ __forceinline__ void fr_e2m1_pairs(uint32_t w, int odd, uint32_t &lo, uint32_t &hi)
+{
+    if (!odd) lo = w & 0x8E008E00u, hi = ((w << 9) & 0x0E000E00u) | ((w << 2) & 0x80008000u);
+    else lo = (w << 3) & 0x8E008E00u, hi = ((w << 6) & 0x0E000E00u) | ((w << 1) & 0x80008000u);
+}
+
+/* Step kk's pairs out of its words (fr_load_word): x of row g, y of row g + 8
+ * (E2M1: already as f16x2 bits). */
 template <int FMT>
 __device__ __forceinline__ void fr_step_bytes(fr_raw &r, uint32_t x, uint32_t y, int kk)
 {
     if constexpr (FR_E2M1(FMT)) {
-        const int sh = 16 * (kk % 2);
-        r.v[0] = (x >> sh) & 0xFF, r.v[2] = (x >> (sh + 8)) & 0xFF, r.v[1] = (y >> sh) & 0xFF, r.v[3] = (y >> (sh + 8)) & 0xFF;
+        fr_e2m1_pairs(x, kk % 2, r.v[0], r.v[2]);
+        fr_e2m1_pairs(y, kk % 2, r.v[1], r.v[3]);
     } else {
         r.v[0] = x & 0xFFFF, r.v[2] = x >> 16, r.v[1] = y & 0xFFFF, r.v[3] = y >> 16;
     }
@@ -560,7 +570,7 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         if constexpr (FR_E2M1(FMT)) {
-            a[i] = fr_e2m1x2(r.v[i]);
+            a[i] = r.v[i]; /* fr_step_bytes decoded it */
         } else {
             asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(a[i]) : "h"((uint16_t)r.v[i]));
         }
