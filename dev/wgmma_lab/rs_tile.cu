@@ -40,6 +40,7 @@ __device__ __forceinline__ void lab_stamp(int p)
 #include "lab_common.cuh"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <vector>
 
@@ -53,6 +54,10 @@ extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *fi
     va_end(ap);
     return status;
 }
+
+/* Experts whose weights the tiles read (expert e reads e % this one's): all
+ * of them, or few enough for L2 (LAB_DECODE's L2-resident run). */
+__constant__ int g_weight_experts;
 
 template <int FMT, int BMA>
 __global__ void __launch_bounds__(384, 1) tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(384, 1) tile_lab(gemm_args g, const __grid_con
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BMA;
         int rows_valid = (int)min((int64_t)BMA, (int64_t)g.expert_offset[e + 1] - row0);
         lab_stamp(0);
-        fp8_rs_tile<FMT, BMA>(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
+        fp8_rs_tile<FMT, BMA>(g, &ta, &tb, smem_raw, e % g_weight_experts, row0, rows_valid, n0);
         lab_stamp(4);
     }
     __syncthreads();
@@ -166,6 +171,8 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     long long *sum = (long long *)dev_alloc(sms * LAB_POINTS * 8), *cnt = (long long *)dev_alloc(sms * LAB_POINTS * 8);
     CHECK(cudaMemcpyToSymbol(g_stamp_sum, &sum, sizeof sum));
     CHECK(cudaMemcpyToSymbol(g_stamp_count, &cnt, sizeof cnt));
+    const int weight_experts = getenv("LAB_WEIGHT_EXPERTS") ? atoi(getenv("LAB_WEIGHT_EXPERTS")) : E;
+    CHECK(cudaMemcpyToSymbol(g_weight_experts, &weight_experts, sizeof weight_experts));
     float best_ms;
     LAB_TIME_BEST(best_ms, 3, tile_lab<FMT, BMA><<<sms, 384, smem>>>(g, ta, tb));
     /* stamps of one more run */
@@ -215,7 +222,7 @@ int main(void)
 #define LAB(FMT, BM, name, a, w, out, K, N, glu) LAB_E(FMT, BM, name, a, w, out, K, N, glu, 4, 1536)
 #ifdef LAB_DECODE /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-row tiles */
     const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
-    for (int rows = 12; rows >= 2; rows -= 10) {
+    for (int rows = 12; rows >= 12; rows -= 10) { /* 2 rows ran as fast as 12 (2026-11-30) */
         LAB_E(RS_FP8_BLOCK, 64, "decode fp8_block gemm1", F8, F8, F8, 4096, 4096, 1, 32, rows);
         LAB_E(RS_FP8_BLOCK, 64, "decode fp8_block gemm2", F8, F8, BF, 2048, 4096, 0, 32, rows);
         LAB_E(RS_MXFP8, 64, "decode mxfp8 gemm1", MX, MX, MX, 4096, 4096, 1, 32, rows);
@@ -225,6 +232,8 @@ int main(void)
         LAB_E(RS_NVFP4, 64, "decode nvfp4 gemm1", NV, NV, NV, 4096, 4096, 1, 32, rows);
         LAB_E(RS_NVFP4, 64, "decode nvfp4 gemm2", NV, NV, BF, 2048, 4096, 0, 32, rows);
     }
+    LAB(RS_MXFP8, 128, "mxfp8 gemm1 (flash)", MX, MX, MX, 4096, 4096, 1); /* and the 128-row tile at T = 8192 */
+    LAB(RS_W4A8, 128, "w4a8 gemm1 (flash)", MX, M4, MX, 4096, 4096, 1);
 #else
 #ifndef LAB_QUICK /* the ring experiments only with it: -DLAB_RAW=3 -DLAB_CVT=2, -DFR_LAB_SKIP_WIDEN */
     for (int K = 512; K <= 8192; K *= 2) LAB(RS_FP8_BLOCK, 128, "fp8_block gemm2-like bf16 out", F8, F8, BF, K, 4096, 0);

@@ -249,27 +249,27 @@ __device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
 }
 
 /* MXFP8: the 128-block's reference byte (the largest of the four UE8M0 bytes
- * in w) and the multiplier 2^-(ref - b) of byte b as f16x2 (fp16 bits
- * (15 - d) << 10 for d <= 14, the subnormal 1 << (24 - d) up to 24, else 0). */
+ * in w) and the multiplier 2^-(ref - b) of byte b as f16x2 (0 below 2^-24). */
 __device__ __forceinline__ uint32_t fr_mx_ref(uint32_t w)
 {
     return max(max(w & 0xFF, (w >> 8) & 0xFF), max((w >> 16) & 0xFF, w >> 24));
 }
 
-__device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b)
+/* 2^e (e <= 15) as f16x2: through fp32 (exact) and one rounding to fp16,
+ * which keeps the subnormals down to 2^-24 and gives 0 below (2^-25 ties to
+ * even); 4 instructions where the fp16 bits took 8 with selects. */
+__device__ __forceinline__ uint32_t fr_pow2_f16x2(int e)
 {
-    uint32_t d = ref - b, h = d <= 14 ? (15 - d) << 10 : d <= 24 ? 1u << (24 - d) : 0u;
-    return h | h << 16;
+    float f = __int_as_float(max(e + 127, 0) << 23);
+    uint32_t h;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;\n" : "=r"(h) : "f"(f));
+    return h;
 }
 
-/* W4A8's weights: 2^(14 - (ref - b)) (fp16 exponent field 29 - d while >= 1,
- * then subnormal), undoing fr_e2m1x2's 2^-14 as well. */
-__device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b)
-{
-    int e = 29 - (int)(ref - b);
-    uint32_t h = e >= 1 ? (uint32_t)e << 10 : e > -10 ? 1u << (9 + e) : 0u;
-    return h | h << 16;
-}
+__device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b) { return fr_pow2_f16x2((int)b - (int)ref); }
+
+/* W4A8's weights: 2^(14 - (ref - b)), undoing fr_e2m1x2's 2^-14 as well. */
+__device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b) { return fr_pow2_f16x2(14 + (int)b - (int)ref); }
 
 /* Stores 16 bytes of fp16 as chunk j of a 128-byte row r in the 128-byte swizzle. */
 __device__ __forceinline__ void fr_store_chunk(__half *out, int r, int j, uint4 v)
@@ -406,6 +406,7 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
 #pragma unroll
             for (int j = 0; j < 4; j++) s.am[cs][j][t] = t < rows_valid ? fr_mx_mult(ref, (w.wa >> (8 * j)) & 0xFF) : 0u;
         }
+#ifndef FR_LAB_SKIP_WSCALES /* the kernel lab: the pipeline without staging the weights' multipliers */
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             uint32_t rw = fr_mx_ref(w.ww[i]);
@@ -416,6 +417,7 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
                 s.wm[cs][j][n] = FR_E2M1(FMT) ? fr_mx_mult_e2m1(rw, (w.ww[i] >> (8 * j)) & 0xFF)
                                               : fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
         }
+#endif
     } else if (t < BMA) {
         s.sxw[cs][0][t] = w.sx * w.sw[0], s.sxw[cs][1][t] = w.sx * w.sw[1];
     }
@@ -578,7 +580,11 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
     if constexpr (FR_NV(FMT)) /* value x 2^-14 -> value (exact), then x its E4M3 scale (exact in fp16) */
         a[0] = fr_hmul2(a[0], FR_F16_2P14), a[1] = fr_hmul2(a[1], FR_F16_2P14), a[2] = fr_hmul2(a[2], FR_F16_2P14),
         a[3] = fr_hmul2(a[3], FR_F16_2P14);
+#ifndef FR_LAB_SKIP_CMULT /* the kernel lab: the consumer loop without its multipliers */
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) {
+#else
+    if constexpr (false) {
+#endif
         uint32_t m0 = r.m[0], m1 = r.m[1];
         if constexpr (FR_NV(FMT)) m0 |= m0 << 16, m1 |= m1 << 16;
         a[0] = fr_hmul2(a[0], m0), a[1] = fr_hmul2(a[1], m1), a[2] = fr_hmul2(a[2], m0), a[3] = fr_hmul2(a[3], m1);
