@@ -256,6 +256,12 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, int
         const int64_t i = i0 + lane;
         const int j = i < total ? (int)(i / chunks) : 0, r = rank_of(sh->token_prefix, d.R, first + j);
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (i + blockDim.x < total) { /* the next pass's bytes on their way to L2 (no registers held) */
+            const int64_t n = i + blockDim.x;
+            const int jn = (int)(n / chunks), rn = rank_of(sh->token_prefix, d.R, first + jn);
+            const uint16_t *xn = a.io.x[rn] + (int64_t)(first + jn - sh->token_prefix[rn]) * d.H + (n % chunks) * 8;
+            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(xn));
+        }
         if (i < total) {
             const uint16_t *x = a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * d.H;
             load_bf16x8(x, (i % chunks) * 8, ((uintptr_t)x & 15) == 0, v);

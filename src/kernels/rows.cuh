@@ -139,12 +139,23 @@ __device__ __forceinline__ void wire_values8(moe_ep_wire_t wire, const uint8_t *
     }
 }
 
+/* Prefetch into L2 of wire_values8's data bytes (no registers held: the
+ * combine's loads then wait on L2, not on memory, one after the other). */
+__device__ __forceinline__ void wire_prefetch8(moe_ep_wire_t wire, const uint8_t *y, int64_t H, int64_t row, int64_t h)
+{
+    const uint8_t *p = wire == MOE_EP_WIRE_BF16 ? y + 2 * (row * H + h) : wire == MOE_EP_WIRE_MXFP8 ? y + row * H + h
+                                                                                                  : y + row * (H / 2) + h / 2;
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 /* out[h .. h + 7] = bf16 of the sum over slots k = 0..K-1 (in that order)
  * with rows[k] >= 0 of fmaf(w[k], y[rows[k]][h ..], acc). */
 __device__ __forceinline__ void combine_chunk(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int H, int K,
                                               const int32_t *rows, const float *w, uint16_t *out, int64_t h)
 {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+    for (int k = 0; k < K; k++) /* every slot's bytes on their way to L2 before the first load waits */
+        if (rows[k] >= 0) wire_prefetch8(wire, y, H, rows[k], h);
     for (int k = 0; k < K; k++) {
         if (rows[k] < 0) continue;
         float wk = w[k];
