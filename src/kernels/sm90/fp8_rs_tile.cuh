@@ -58,7 +58,8 @@
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
  * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
- * multiplies by 1 / (S_x S_w). The outputs go through epilogue_chunks
+ * multiplies by 1 / (S_x S_w). The scales are staged times 2^7 (FR_F16_2P7),
+ * which also undoes fr_e2m1x2's 2^-14 but for 2^-7 an operand, exactly. The outputs go through epilogue_chunks
  * (gemm_common.cuh) where the caller has the registers. */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
@@ -98,7 +99,11 @@ enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 #define FR_NV(FMT) ((FMT) == RS_NVFP4)
 /* Bytes of one raw activation row per stage: E4M3 128, NVFP4's E2M1 64 (64-byte swizzle). */
 #define FR_AROW(FMT) (FR_NV(FMT) ? 64 : 128)
-#define FR_F16_2P14 0x74007400u /* 2^14 as f16x2: undoes fr_e2m1x2's 2^-14 */
+/* NVFP4's scales are staged times 2^7 (this, f16x2), so an operand is
+ * fr_e2m1x2's value x 2^-14 times one multiplier: value x scale x 2^-7,
+ * exact in fp16 (at least 2^-17 with at most 6 significant bits, at most
+ * 21); the sums come out x 2^-14 exactly and the epilogue undoes it. */
+#define FR_F16_2P7 0x58005800u
 /* Bytes of one raw weight row per stage (128 K): E4M3 128 (128-byte
  * swizzle), E2M1 64 (64-byte swizzle: 16-byte chunk c of row r at
  * c ^ ((r >> 1) & 3)). */
@@ -320,7 +325,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
                 uint32_t sc = fr_ld_u16(am + ((2 * j + u / 2) * BMA + r) * 2), m = sc | sc << 16, o[4];
 #pragma unroll
                 for (int b = 0; b < 4; b++)
-                    o[b] = fr_hmul2(fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), FR_F16_2P14), m);
+                    o[b] = fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), m); /* m: the scale x 2^7 */
                 fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
             }
         }
@@ -379,7 +384,8 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 /* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
  * rows), 2^ref_w and the multipliers of weight rows t, t + 128. */
-/* Eight E4M3 bytes -> eight f16 (exact) into a uint16_t table, stride apart. */
+/* NVFP4: eight E4M3 scale bytes -> eight f16 times 2^7 (exact: FR_F16_2P7)
+ * into a uint16_t table, stride apart. */
 __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2 v)
 {
     uint32_t w[2] = {v.x, v.y};
@@ -388,6 +394,7 @@ __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2
         uint32_t o;
         uint16_t pr = (uint16_t)(w[i / 2] >> (16 * (i % 2)));
         asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(pr));
+        o = fr_hmul2(o, FR_F16_2P7);
         out[(2 * i) * stride] = (uint16_t)o, out[(2 * i + 1) * stride] = (uint16_t)(o >> 16);
     }
 }
@@ -577,9 +584,6 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
             asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(a[i]) : "h"((uint16_t)r.v[i]));
         }
     }
-    if constexpr (FR_NV(FMT)) /* value x 2^-14 -> value (exact), then x its E4M3 scale (exact in fp16) */
-        a[0] = fr_hmul2(a[0], FR_F16_2P14), a[1] = fr_hmul2(a[1], FR_F16_2P14), a[2] = fr_hmul2(a[2], FR_F16_2P14),
-        a[3] = fr_hmul2(a[3], FR_F16_2P14);
 #ifndef FR_LAB_SKIP_CMULT /* the kernel lab: the consumer loop without its multipliers */
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) {
 #else
@@ -770,10 +774,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         FR_TRACE(12);
         float(*C)[FR_BN + 4] = (float(*)[FR_BN + 4])(void *)&s;
         h = threadIdx.x / 128 - 1, lane = threadIdx.x % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
-        if constexpr (FR_NV(FMT)) {
+        if constexpr (FR_NV(FMT)) { /* the sums x 2^14 (exact: FR_F16_2P7), then as the mma.sync tile */
             const float sc = s.c_scale;
 #pragma unroll
-            for (int i = 0; i < BMA / 2; i++) acc[0][i] = __fmul_rn(acc[0][i], sc), acc[1][i] = __fmul_rn(acc[1][i], sc);
+            for (int i = 0; i < BMA / 2; i++)
+                acc[0][i] = __fmul_rn(__fmul_rn(acc[0][i], 16384.0f), sc), acc[1][i] = __fmul_rn(__fmul_rn(acc[1][i], 16384.0f), sc);
         }
         fr_store_fragment<BMA>(C, acc[0], 128 * h, g8, q);
         fr_store_fragment<BMA>(C, acc[1], 128 * h + 64, g8, q);
