@@ -11,6 +11,11 @@
  * A K sweep separates the per-stage cost (slope) from the per-tile one.
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        rs_tile.cu -o rs_tile && ./rs_tile
+ * -DLAB_DECODE: the 64-row tile of every format on the flash EP8 slice at
+ * decode (32 experts of 12 rows), and the 128-row MXFP8 / W4A8 GEMM1;
+ * LAB_WEIGHT_EXPERTS=n (environment): the tiles read only n experts'
+ * weights (n = 2 fits L2). Timing-only switches of fp8_rs_tile.cuh:
+ * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_WSCALES, -DFR_LAB_SKIP_CMULT.
  * Inputs are random (E4M3 / E2M1 bytes, scales as scale_word); outputs are not checked. */
 #include <stdint.h>
 

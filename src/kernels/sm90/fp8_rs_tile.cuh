@@ -53,7 +53,10 @@
  * folded the same way. No instruction widens E2M1 on sm_90: a nibble
  * s e1 e0 m placed as fp16 bits (s << 15) | (e1 e0 m << 9) is its value times
  * 2^-14 (normal and subnormal alike), so the multiplier carries 2^14 too
- * (exact while ref - b <= 23: an E2M1 value's last bit is 0.5).
+ * (exact while ref - b <= 23: an E2M1 value's last bit is 0.5). The layer
+ * stores the weight words with their bits spread (weights.cu:
+ * prep_e2m1_spread), so that fr_e2m1_pairs makes these bits with a shift
+ * and a mask.
  *
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
