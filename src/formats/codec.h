@@ -407,4 +407,48 @@ MOE_EP_HD float moe_ep_swiglu(float g, float u, float c)
     return moe_ep_mul(silu, u);
 }
 
+
+/* ---- The register tile's E2M1 fragment words ----------------------------- */
+
+/* One E2M1 pair byte (element 2j in the low nibble, 2j + 1 in the high;
+ * nibble s e1 e0 m) as f16x2 bits, each value times 2^-14: fp16 bits
+ * (s << 15) | (e1 e0 m << 9), normal and subnormal alike; the low nibble in
+ * the low half. */
+MOE_EP_HD uint32_t moe_ep_e2m1x2_f16_bits(uint32_t b)
+{
+    uint32_t x = (b | (b << 12)) & 0x000F000Fu; /* nibbles at bits 0 and 16 */
+    return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
+}
+
+/* A fragment word of four pair bytes p0..p3 (fp8_rs_tile.cuh: p0 / p1 the
+ * k16 step's a[0] / a[2] pairs, p2 / p3 the next step's) stored with its bits
+ * spread, so that moe_ep_e2m1_word_pairs makes moe_ep_e2m1x2_f16_bits of a
+ * pair with one shift (or none) and a mask: 1, 4, 2 and 4 instructions
+ * where a byte at a time took 7. Each pair's two magnitudes (e1 e0 m) and
+ * two signs take 8 of the 32 bits. Low-element magnitude / sign bits (the
+ * high element's are 16 above):
+ *   p0:  9-11 / 15    p1:  0-2 / 13    p2:  6-8 / 12    p3:  3-5 / 14
+ * (No choice lets every pair take one shift and one mask: the 32 bits are
+ * not a union of four shifts of one pair's pattern.) */
+MOE_EP_HD uint32_t moe_ep_e2m1_word_spread(uint32_t w)
+{
+    const int mag_at[4] = {9, 0, 6, 3}, sign_at[4] = {15, 13, 12, 14};
+    uint32_t o = 0;
+    for (int p = 0; p < 4; p++)
+        for (int h = 0; h < 2; h++) {
+            uint32_t nib = (w >> (8 * p + 4 * h)) & 0xFu;
+            o |= (nib & 7u) << (mag_at[p] + 16 * h);
+            o |= (nib >> 3) << (sign_at[p] + 16 * h);
+        }
+    return o;
+}
+
+/* The pairs of a spread word for step `odd` (0: p0, p1; 1: p2, p3) as
+ * moe_ep_e2m1x2_f16_bits gives them: *lo of a[0] (or a[1]), *hi of a[2] (a[3]). */
+MOE_EP_HD void moe_ep_e2m1_word_pairs(uint32_t w, int odd, uint32_t *lo, uint32_t *hi)
+{
+    if (!odd) *lo = w & 0x8E008E00u, *hi = ((w << 9) & 0x0E000E00u) | ((w << 2) & 0x80008000u);
+    else *lo = (w << 3) & 0x8E008E00u, *hi = ((w << 6) & 0x0E000E00u) | ((w << 1) & 0x80008000u);
+}
+
 #endif /* MOE_EP_CODEC_H */

@@ -23,7 +23,7 @@
  *   within each 16-byte chunk of every data row (weights.cu,
  *   prep_permute_fragments) so that a consumer lane reads its fragment
  *   bytes as one 32-bit word; E2M1 words with their bits spread
- *   (prep_e2m1_spread) for fr_e2m1_pairs.
+ *   (codec.h: moe_ep_e2m1_word_spread) for fr_e2m1_pairs.
  *   scales per row as for activation rows; FP8-BLOCK: the 128x128 tile scale
  *   repeated on each of the tile's rows ([rows][K/128] fp32).
  *   w13_gs, w2_gs: [experts] NVFP4 encode scales S (1 otherwise).

@@ -123,33 +123,11 @@ __global__ void prep_copy(const uint8_t *src, const uint8_t *src_scales, prep_ma
     }
 }
 
-/* E2M1 word (pair bytes p0..p3: element 2j low nibble, 2j + 1 high; nibble
- * s e1 e0 m) -> the bits fr_e2m1_pairs decodes with 1-4 instructions a pair,
- * where a byte at a time took 7: each pair's two magnitudes (e1 e0 m) and
- * two signs go to 8 of the 32 bits, placed so that one shift (or none) and
- * a mask put a pair's magnitudes at fp16 bits 9-11 and 25-27 and its signs
- * at 15 and 31 (value x 2^-14, as fr_e2m1x2). Low-element magnitude / sign
- * bits (the high element's are 16 above):
- *   p0 (step 0, a[0]):  9-11 / 15   p2 (step 1, a[0]):  6-8 / 12
- *   p1 (step 0, a[2]):   0-2 / 13   p3 (step 1, a[2]):  3-5 / 14 */
-__host__ __device__ static inline uint32_t prep_e2m1_spread(uint32_t w)
-{
-    const int mag_at[4] = {9, 0, 6, 3}, sign_at[4] = {15, 13, 12, 14};
-    uint32_t o = 0;
-    for (int p = 0; p < 4; p++)
-        for (int h = 0; h < 2; h++) {
-            uint32_t nib = (w >> (8 * p + 4 * h)) & 0xF;
-            o |= (nib & 7u) << (mag_at[p] + 16 * h);
-            o |= (nib >> 3) << (sign_at[p] + 16 * h);
-        }
-    return o;
-}
-
 /* The register tile's weight layout (fp8_rs_tile.cuh, fr_load_word): in each
  * 16-byte chunk of a row, word q gathers quad lane q's fragment bytes. E4M3
  * (a chunk is one k16 step): bytes 2q, 2q + 1, 8 + 2q, 9 + 2q; E2M1 (two
  * steps, two elements a byte): bytes q, q + 4, q + 8, q + 12, then their bits
- * spread (prep_e2m1_spread). One thread per chunk, in place. */
+ * spread (codec.h: moe_ep_e2m1_word_spread). One thread per chunk, in place. */
 __global__ void prep_permute_fragments(uint8_t *data, int64_t chunks, int e2m1)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -166,7 +144,7 @@ __global__ void prep_permute_fragments(uint8_t *data, int64_t chunks, int e2m1)
         }
     if (e2m1)
 #pragma unroll
-        for (int q = 0; q < 4; q++) out[q] = prep_e2m1_spread(out[q]);
+        for (int q = 0; q < 4; q++) out[q] = moe_ep_e2m1_word_spread(out[q]);
     ((uint4 *)data)[i] = make_uint4(out[0], out[1], out[2], out[3]);
 }
 

@@ -934,6 +934,35 @@ static void test_global_scale(void)
     EXPECT(tiny > 0.0f && isfinite(tiny), "S(tiny) = %g must stay a valid encode scale", (double)tiny);
 }
 
+/* The register tile's E2M1 fragment words: a spread word's pairs, as the
+ * tile decodes them, are the bytes' own f16x2 bits (every byte value in
+ * every place, the other bytes random). */
+static void test_e2m1_words(uint64_t *rng)
+{
+    for (int i = 0; i < 4 * 256 * 16; i++) { /* place p = (i / 16) % 4, byte b = i / 64 */
+        uint32_t w = (uint32_t)test_rand_u64(rng), p = (uint32_t)(i / 16) % 4, b = (uint32_t)(i / 64) % 256;
+        w = (w & ~(0xFFu << (8 * p))) | (b << (8 * p));
+        uint32_t s = moe_ep_e2m1_word_spread(w), lo, hi;
+        for (int odd = 0; odd < 2; odd++) {
+            moe_ep_e2m1_word_pairs(s, odd, &lo, &hi);
+            uint32_t want_lo = moe_ep_e2m1x2_f16_bits((w >> (16 * odd)) & 0xFF),
+                     want_hi = moe_ep_e2m1x2_f16_bits((w >> (16 * odd + 8)) & 0xFF);
+            EXPECT(lo == want_lo && hi == want_hi, "E2M1 word %08x step %d: pairs %08x %08x, want %08x %08x", w, odd,
+                   lo, hi, want_lo, want_hi);
+        }
+    }
+    /* and the f16x2 bits are the values x 2^-14 */
+    for (uint32_t b = 0; b < 256; b++) {
+        uint32_t h = moe_ep_e2m1x2_f16_bits(b);
+        for (int half = 0; half < 2; half++) {
+            uint32_t f = (h >> (16 * half)) & 0xFFFF, e = (f >> 10) & 31, m = f & 1023;
+            double v = (e ? ldexp(1.0 + m / 1024.0, (int)e - 15) : ldexp(m / 1024.0, -14)) * ((f >> 15) ? -1.0 : 1.0);
+            double want = (double)moe_ep_e2m1_to_f32((uint8_t)((b >> (4 * half)) & 15)) * ldexp(1.0, -14);
+            EXPECT(v == want, "E2M1 pair %02x half %d: %g, want %g", b, half, v, want);
+        }
+    }
+}
+
 int main(void)
 {
     uint64_t rng = test_seed();
@@ -942,6 +971,7 @@ int main(void)
     test_e4m3_midpoints();
     test_e4m3_specials();
     test_e2m1();
+    test_e2m1_words(&rng);
     test_ue8m0();
     test_mx_blocks(MOE_EP_FORMAT_MXFP8);
     test_mx_blocks(MOE_EP_FORMAT_MXFP4);

@@ -54,9 +54,9 @@
  * s e1 e0 m placed as fp16 bits (s << 15) | (e1 e0 m << 9) is its value times
  * 2^-14 (normal and subnormal alike), so the multiplier carries 2^14 too
  * (exact while ref - b <= 23: an E2M1 value's last bit is 0.5). The layer
- * stores the weight words with their bits spread (weights.cu:
- * prep_e2m1_spread), so that fr_e2m1_pairs makes these bits with a shift
- * and a mask.
+ * stores the weight words with their bits spread (codec.h:
+ * moe_ep_e2m1_word_spread), so that fr_e2m1_pairs makes these bits with a
+ * shift and a mask.
  *
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
@@ -248,13 +248,8 @@ __device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
     return v;
 }
 
-/* One E2M1 pair (byte: element 2j low nibble, 2j + 1 high) as fp16 bits of
- * value x 2^-14 each (low nibble -> low half). */
-__device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b)
-{
-    uint32_t x = (b | (b << 12)) & 0x000F000Fu; /* nibbles at bits 0 and 16 */
-    return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
-}
+/* One E2M1 pair (byte) as f16x2 bits of value x 2^-14 each (codec.h). */
+__device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b) { return moe_ep_e2m1x2_f16_bits(b); }
 
 /* MXFP8: the 128-block's reference byte (the largest of the four UE8M0 bytes
  * in w) and the multiplier 2^-(ref - b) of byte b as f16x2 (0 below 2^-24). */
@@ -436,6 +431,14 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
 /* The producer warpgroup's own barrier (id 2; 1 is the consumers'). */
 __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
 
+/* Barrier 3: the consumers arrive once their setmaxnreg.dec gave the
+ * registers back, and the producer waits there before its setmaxnreg.inc.
+ * Without it the producer's warps spun in setmaxnreg.inc through the
+ * consumers' last stage and epilogue, taking issue slots (Nsight Compute:
+ * 2 M retries in one W4A8 decode kernel, 2026-11-30). */
+__device__ __forceinline__ void fr_registers_back_arrive() { asm volatile("bar.arrive 3, 384;\n" ::: "memory"); }
+__device__ __forceinline__ void fr_registers_back_wait() { asm volatile("bar.sync 3, 384;\n" ::: "memory"); }
+
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
  * widening of A by all 128 threads. */
 template <int FMT, int BMA>
@@ -546,13 +549,12 @@ struct fr_raw {
     uint32_t v[4], m[2];
 };
 
-/* E2M1 weight words (bits spread at load, weights.cu: prep_e2m1_spread):
- * the pairs of step kk % 2 as f16x2 of value x 2^-14 (fr_e2m1x2's bits):
- * *lo the pair of fragment register a[0] (or a[1]), *hi of a[2] (a[3]). */
+/* E2M1 weight words (bits spread at load, weights.cu: moe_ep_e2m1_word_spread):
+ * the pairs of step kk % 2 as fr_e2m1x2's f16x2 bits (codec.h: *lo the pair
+ * of fragment register a[0] (or a[1]), *hi of a[2] (a[3])). */
 __device__ __forceinline__ void fr_e2m1_pairs(uint32_t w, int odd, uint32_t &lo, uint32_t &hi)
 {
-    if (!odd) lo = w & 0x8E008E00u, hi = ((w << 9) & 0x0E000E00u) | ((w << 2) & 0x80008000u);
-    else lo = (w << 3) & 0x8E008E00u, hi = ((w << 6) & 0x0E000E00u) | ((w << 1) & 0x80008000u);
+    moe_ep_e2m1_word_pairs(w, odd, &lo, &hi);
 }
 
 /* Step kk's pairs out of its words (fr_load_word): x of row g, y of row g + 8
@@ -745,6 +747,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
         fr_produce<FMT, BMA>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
         FR_TRACE(7);
+        fr_registers_back_wait(); /* asleep until the consumers gave their registers back */
         setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
@@ -792,6 +795,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         }
         FR_TRACE(3);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
+        fr_registers_back_arrive();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {
