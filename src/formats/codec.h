@@ -407,7 +407,6 @@ MOE_EP_HD float moe_ep_swiglu(float g, float u, float c)
     return moe_ep_mul(silu, u);
 }
 
-
 /* ---- The register tile's E2M1 fragment words ----------------------------- */
 
 /* One E2M1 pair byte (element 2j in the low nibble, 2j + 1 in the high;

@@ -62,8 +62,9 @@
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
  * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
  * multiplies by 1 / (S_x S_w). The scales are staged times 2^7 (FR_F16_2P7),
- * which also undoes fr_e2m1x2's 2^-14 but for 2^-7 an operand, exactly. The outputs go through epilogue_chunks
- * (gemm_common.cuh) where the caller has the registers. */
+ * which also undoes fr_e2m1x2's 2^-14 but for 2^-7 an operand, exactly. The
+ * outputs go through epilogue_chunks (gemm_common.cuh) where the caller has
+ * the registers. */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
@@ -549,9 +550,9 @@ struct fr_raw {
     uint32_t v[4], m[2];
 };
 
-/* E2M1 weight words (bits spread at load, weights.cu: moe_ep_e2m1_word_spread):
- * the pairs of step kk % 2 as fr_e2m1x2's f16x2 bits (codec.h: *lo the pair
- * of fragment register a[0] (or a[1]), *hi of a[2] (a[3])). */
+/* E2M1 weight words (their bits spread at load by weights.cu with codec.h's
+ * moe_ep_e2m1_word_spread): the pairs of step kk % 2 as fr_e2m1x2's f16x2
+ * bits, lo the pair of fragment register a[0] (or a[1]), hi of a[2] (a[3]). */
 __device__ __forceinline__ void fr_e2m1_pairs(uint32_t w, int odd, uint32_t &lo, uint32_t &hi)
 {
     moe_ep_e2m1_word_pairs(w, odd, &lo, &hi);
