@@ -23,6 +23,9 @@ int cmd_bench(int argc, char **argv)
 
 #include "moe_ep.h"
 #include "synth.h"
+#ifdef MOE_EP_MEGA_TRACE
+#include "kernels/mega_kernels.h" /* the item timeline (trace_mega_forward) */
+#endif
 
 #include <cuda_runtime_api.h>
 #pragma GCC diagnostic push
@@ -371,12 +374,56 @@ typedef struct {
     double stage_us, floor_us, fwd_us;
 } cell_t;
 
+#ifdef MOE_EP_MEGA_TRACE
+/* Builds with -DMOE_EP_MEGA_TRACE=ON: one more mega forward (L2 flushed
+ * first) with its item timeline recorded, summed per item kind on stderr:
+ * items, the span from the first start to the last end (us from the
+ * kernel's first item), the blocks' busy time and their wait for inputs. */
+static void trace_mega_forward(run_ctx_t *c, cudaStream_t s)
+{
+    static const char *kinds[MOE_EP_MEGA_ITEM_KINDS] = {"send", "count", "dispatch", "gemm1", "gemm2", "rows", "combine"};
+    enum { CAP = 1 << 20 };
+    moe_ep_mega_trace_rec_t *r = (moe_ep_mega_trace_rec_t *)malloc(CAP * sizeof *r);
+    uint32_t n = 0;
+    int ok = r && slice_flush_step(c, 0, s) && cudaStreamSynchronize(s) == cudaSuccess &&
+             slice_layer_ok(moe_ep_mega_trace_start(CAP), "moe_ep_mega_trace_start") && slice_forward_step(c, 0, s) &&
+             cudaStreamSynchronize(s) == cudaSuccess && slice_layer_ok(moe_ep_mega_trace_fetch(r, CAP, &n), "trace fetch");
+    if (ok && n > 0) {
+        uint32_t m = n < CAP ? n : CAP;
+        unsigned long long t_first = r[0].t0, t_last = r[0].t1;
+        for (uint32_t i = 0; i < m; i++) {
+            t_first = r[i].t0 < t_first ? r[i].t0 : t_first;
+            t_last = r[i].t1 > t_last ? r[i].t1 : t_last;
+        }
+        fprintf(stderr, "  mega timeline: %u items, %.1f us from the first item's start to the last's end\n", n,
+                (t_last - t_first) / 1e3);
+        for (int k = 0; k < MOE_EP_MEGA_ITEM_KINDS; k++) {
+            unsigned long long lo = ~0ull, hi = 0;
+            double busy = 0, wait = 0;
+            uint32_t count = 0;
+            for (uint32_t i = 0; i < m; i++) {
+                if ((int)r[i].kind != k) continue;
+                count++, busy += (double)(r[i].t1 - r[i].t0), wait += (double)(r[i].tw - r[i].t0);
+                lo = r[i].t0 < lo ? r[i].t0 : lo, hi = r[i].t1 > hi ? r[i].t1 : hi;
+            }
+            if (count)
+                fprintf(stderr, "    %-8s %7u items, from %9.1f to %9.1f us, busy %10.1f block-us (waiting %10.1f)\n",
+                        kinds[k], count, (lo - t_first) / 1e3, (hi - t_first) / 1e3, busy / 1e3, wait / 1e3);
+        }
+    }
+    free(r);
+}
+#endif
+
 static void time_cell(const bench_opts_t *o, moe_ep_group_t g, run_ctx_t *c, moe_ep_backend_t b,
                       cudaStream_t s, cell_t *cell)
 {
     int ok = slice_time_steps(c, slice_flush_step, slice_forward_step, o->warmup, o->iters, s, &cell->fwd_us);
     ok = ok && slice_no_async_error(g);
     cell->fwd_state = ok ? CELL_OK : CELL_ERR;
+#ifdef MOE_EP_MEGA_TRACE
+    if (ok && b == MOE_EP_BACKEND_MEGA) trace_mega_forward(c, s);
+#endif
     if (b != MOE_EP_BACKEND_SPLIT) return; /* n/a: the hook is the split backend's */
     ok = slice_time_steps(c, slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s, &cell->stage_us);
     ok = ok && slice_no_async_error(g);

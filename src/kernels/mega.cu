@@ -56,6 +56,10 @@ struct mega_shared {
     uint32_t epoch;                                   /* links: forwards finished on this rank before this one */
     unsigned long long route_mask;                    /* links: ranks a token goes to */
     int32_t token_prefix[MOE_EP_GPU_MAX_RANKS + 1];   /* tokens of the ranks before r */
+#ifdef MOE_EP_MEGA_TRACE
+    int trace_kind; /* the open item's kind, -1: none */
+    unsigned long long trace_t0, trace_tw;
+#endif
 };
 
 /* Counters, the block's plan and the item's slots, derived from the args and
@@ -146,6 +150,42 @@ __device__ bool spin_until_sys(const uint32_t *ctr, uint32_t target, const moe_e
         if (wait_gives_up(a, start, kind, index)) return false;
     }
 }
+
+#ifdef MOE_EP_MEGA_TRACE
+/* The item timeline (mega_kernels.h): thread 0 opens an item (kind, start),
+ * marks the end of its wait, and closes it at the next item or the end. */
+__device__ moe_ep_mega_trace_rec_t *g_mega_trace;
+__device__ unsigned int g_mega_trace_n, g_mega_trace_cap;
+
+__device__ __forceinline__ void mega_trace_open(mega_shared *sh, int kind)
+{
+    if (threadIdx.x == 0) sh->trace_kind = kind, sh->trace_t0 = sh->trace_tw = (unsigned long long)global_ns();
+}
+
+__device__ __forceinline__ void mega_trace_mark(mega_shared *sh)
+{
+    if (threadIdx.x == 0) sh->trace_tw = (unsigned long long)global_ns();
+}
+
+__device__ __forceinline__ void mega_trace_close(mega_shared *sh)
+{
+    if (threadIdx.x != 0) return;
+    if (sh->trace_kind >= 0 && g_mega_trace) {
+        unsigned int k = atomicAdd(&g_mega_trace_n, 1u);
+        if (k < g_mega_trace_cap)
+            g_mega_trace[k] = {blockIdx.x, (uint32_t)sh->trace_kind, sh->trace_t0, sh->trace_tw,
+                               (unsigned long long)global_ns()};
+    }
+    sh->trace_kind = -1;
+}
+#define MEGA_TRACE_OPEN(sh, kind) mega_trace_open(sh, kind)
+#define MEGA_TRACE_MARK(sh) mega_trace_mark(sh)
+#define MEGA_TRACE_CLOSE(sh) mega_trace_close(sh)
+#else
+#define MEGA_TRACE_OPEN(sh, kind) ((void)0)
+#define MEGA_TRACE_MARK(sh) ((void)0)
+#define MEGA_TRACE_CLOSE(sh) ((void)0)
+#endif
 
 /* Whole block: thread 0 waits, everyone learns the outcome. */
 __device__ __forceinline__ bool block_wait(const int32_t *ctr, int32_t target, const moe_ep_mega_args_t &a,
@@ -304,6 +344,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         bool ok = FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
         if (!ok) return false;
+        MEGA_TRACE_MARK(sh);
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }
     if constexpr (MODE == MODE_WGMMA)
@@ -341,6 +382,7 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, mega_shared *sh, int 
         ok = spin_until(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt);
     }
     if (!__syncthreads_and(ok)) return false;
+    MEGA_TRACE_MARK(sh);
     /* the group's (token, chunk) pairs spread over the block */
     const int64_t chunks = d.H / 8;
     for (int64_t i = threadIdx.x; i < count * chunks; i += blockDim.x) {
@@ -612,8 +654,12 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
     }
+#ifdef MOE_EP_MEGA_TRACE
+    if (threadIdx.x == 0) sh->trace_kind = -1;
+#endif
     __syncthreads();
     for (;;) {
+        MEGA_TRACE_CLOSE(sh);
         if (threadIdx.x == 0)
             sh->item = moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
         __syncthreads();
@@ -621,31 +667,45 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         __syncthreads();
         if (i < 0) break;
         if (i < n_send) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_SEND);
             if (!send_item(a, sh, i)) break;
             continue;
         }
         i -= n_send;
         if (sh->n_tok < 0 && !setup_items(a, sh)) break;
         if (i < sh->n_count) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_COUNT);
             count_item(a, sh, i);
             continue;
         }
         if (sh->tiles < 0 && !mega_plan<BM>(a, sh)) break;
         i -= sh->n_count;
         if (i < sh->n_groups) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
             dispatch_group(a, sh, i);
             continue;
         }
         i -= sh->n_groups;
         int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2, n_rows = a.link.world ? sh->tiles : 0;
         bool ok;
-        if (i < n_g1) ok = gemm_item<BM, MODE, SB, true>(p, sh, smem, i);
-        else if ((i -= n_g1) < n_g2) ok = gemm_item<BM, MODE, SB, false>(p, sh, smem, i);
-        else if ((i -= n_g2) < n_rows) ok = rows_item<BM>(a, sh, i);
-        else if ((i -= n_rows) >= sh->n_combine) ok = false;
-        else ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM>(a, sh, i);
+        if (i < n_g1) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM1);
+            ok = gemm_item<BM, MODE, SB, true>(p, sh, smem, i);
+        } else if ((i -= n_g1) < n_g2) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM2);
+            ok = gemm_item<BM, MODE, SB, false>(p, sh, smem, i);
+        } else if ((i -= n_g2) < n_rows) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_ROWS);
+            ok = rows_item<BM>(a, sh, i);
+        } else if ((i -= n_rows) >= sh->n_combine) {
+            ok = false;
+        } else {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_COMBINE);
+            ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM>(a, sh, i);
+        }
         if (!ok) break;
     }
+    MEGA_TRACE_CLOSE(sh);
     mega_exit(a, sh);
 }
 
@@ -745,3 +805,37 @@ extern "C" moe_ep_status_t moe_ep_launch_mega(const moe_ep_mega_args_t *a, moe_e
     if (why) return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "mega backend: %s", why);
     return launch_for_format(a, (cudaStream_t)stream);
 }
+
+#ifdef MOE_EP_MEGA_TRACE
+static moe_ep_mega_trace_rec_t *g_trace_buf;
+static uint32_t g_trace_cap;
+
+extern "C" moe_ep_status_t moe_ep_mega_trace_start(uint32_t cap)
+{
+    if (!g_trace_buf || cap > g_trace_cap) {
+        if (g_trace_buf) cudaFree(g_trace_buf);
+        g_trace_buf = NULL, g_trace_cap = 0;
+        cudaError_t e = cudaMalloc(&g_trace_buf, (size_t)cap * sizeof *g_trace_buf);
+        if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_OUT_OF_MEMORY, "mega trace: %s", cudaGetErrorString(e));
+        g_trace_cap = cap;
+    }
+    const unsigned int zero = 0;
+    cudaError_t e = cudaMemcpyToSymbol(g_mega_trace, &g_trace_buf, sizeof g_trace_buf);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_mega_trace_cap, &g_trace_cap, sizeof g_trace_cap);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_mega_trace_n, &zero, sizeof zero);
+    return e == cudaSuccess ? MOE_EP_SUCCESS : MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "mega trace: %s", cudaGetErrorString(e));
+}
+
+extern "C" moe_ep_status_t moe_ep_mega_trace_fetch(moe_ep_mega_trace_rec_t *host, uint32_t cap, uint32_t *n)
+{
+    unsigned int got = 0;
+    cudaError_t e = cudaMemcpyFromSymbol(&got, g_mega_trace_n, sizeof got);
+    if (e == cudaSuccess && g_trace_buf) {
+        uint32_t m = got < cap ? got : cap;
+        m = m < g_trace_cap ? m : g_trace_cap;
+        e = cudaMemcpy(host, g_trace_buf, (size_t)m * sizeof *host, cudaMemcpyDeviceToHost);
+    }
+    *n = got;
+    return e == cudaSuccess ? MOE_EP_SUCCESS : MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "mega trace: %s", cudaGetErrorString(e));
+}
+#endif
