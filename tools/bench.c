@@ -379,7 +379,19 @@ typedef struct {
  * first) with its item timeline recorded, summed per item kind on stderr:
  * items, the span from the first start to the last end (us from the
  * kernel's first item), the blocks' busy time and their wait for inputs. */
-static void trace_mega_forward(run_ctx_t *c, cudaStream_t s)
+static const char *g_trace_path_name = "?"; /* the path of the cell being timed */
+
+static void trace_dump(const char *label, const moe_ep_mega_trace_rec_t *r, uint32_t m)
+{
+    const char *path = getenv("MOE_EP_MEGA_TRACE_DUMP"); /* appends "label block kind t0 tw t1" lines */
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f) return;
+    for (uint32_t i = 0; i < m; i++)
+        fprintf(f, "%s %u %u %llu %llu %llu\n", label, r[i].block, r[i].kind, r[i].t0, r[i].tw, r[i].t1);
+    fclose(f);
+}
+
+static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
 {
     static const char *kinds[MOE_EP_MEGA_ITEM_KINDS] = {"send", "count", "dispatch", "gemm1", "gemm2", "rows", "combine"};
     enum { CAP = 1 << 20 };
@@ -395,6 +407,7 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s)
             t_first = r[i].t0 < t_first ? r[i].t0 : t_first;
             t_last = r[i].t1 > t_last ? r[i].t1 : t_last;
         }
+        trace_dump(label, r, m);
         fprintf(stderr, "  mega timeline: %u items, %.1f us from the first item's start to the last's end\n", n,
                 (t_last - t_first) / 1e3);
         for (int k = 0; k < MOE_EP_MEGA_ITEM_KINDS; k++) {
@@ -422,7 +435,11 @@ static void time_cell(const bench_opts_t *o, moe_ep_group_t g, run_ctx_t *c, moe
     ok = ok && slice_no_async_error(g);
     cell->fwd_state = ok ? CELL_OK : CELL_ERR;
 #ifdef MOE_EP_MEGA_TRACE
-    if (ok && b == MOE_EP_BACKEND_MEGA) trace_mega_forward(c, s);
+    if (ok && b == MOE_EP_BACKEND_MEGA) {
+        char label[96];
+        snprintf(label, sizeof label, "%s/%s/T%d", g_trace_path_name, c->sl->g->name, c->T);
+        trace_mega_forward(c, s, label);
+    }
 #endif
     if (b != MOE_EP_BACKEND_SPLIT) return; /* n/a: the hook is the split backend's */
     ok = slice_time_steps(c, slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s, &cell->stage_us);
@@ -445,6 +462,9 @@ static void bench_layer(const bench_opts_t *o, const slice_t *sl, const ceilings
         cell->fwd_state = cell->stage_state = ok ? CELL_NA : CELL_ERR;
         if (!ok) continue;
         run_ctx_t c = {sl, l, T};
+#ifdef MOE_EP_MEGA_TRACE
+        g_trace_path_name = moe_ep_path_name(p);
+#endif
         time_cell(o, g, &c, b, s, cell);
         fprintf(stderr, "%s T=%d %s/%s: forward %.1f us, expert stage %.1f us, floor %.1f us\n",
                 sl->g->name, T, moe_ep_path_name(p), moe_ep_backend_name(b),
