@@ -36,6 +36,13 @@
 #define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_RS(m))
 #define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : RS_FP8_BLOCK)
 
+/* Staged items (dispatch, local combine): their input rows move into the
+ * shared memory the GEMM tiles leave free between items by bulk copies, a
+ * ring of up to MEGA_STAGES stages, so that a block has many rows in flight
+ * without holding registers (the timeline showed the register-fed loops at a
+ * third of the copy bandwidth: one 16-byte load per thread in flight). */
+#define MEGA_STAGES 4
+
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
 constexpr int mega_threads()
@@ -50,8 +57,10 @@ constexpr int mega_threads()
 
 /* Per-block state in shared memory (not registers: the GEMM tile needs them all). */
 struct mega_shared {
+    uint64_t stage_full[MEGA_STAGES]; /* staged items: a stage's bulk copies landed */
     int32_t item, ok, mt;
     int n_tok, n_count, tpi, n_groups, n1, n2, tiles; /* item counts (n_tok -1 before they are known); tiles -1 before the plan */
+    int dpi, cpi;     /* tokens per dispatch item, per combine item (local rows); tpi: per link combine item */
     int n_combine;                                    /* combine items: token groups of the ranks combined here */
     uint32_t epoch;                                   /* links: forwards finished on this rank before this one */
     unsigned long long route_mask;                    /* links: ranks a token goes to */
@@ -272,48 +281,155 @@ __device__ void group_slots(const moe_ep_mega_args_t &a, const mega_ctx &c, cons
     }
 }
 
-/* Dispatch item: tokens [g * tpi, ...) quantized once, written to each of
- * their rows. The group's (token, chunk) pairs are spread over the block
- * (one token at a time left most threads idle and paid a fence and two
- * barriers per token); a warp's 32 chunks straddle tokens only at a multiple
- * of 16 chunks (H % 128 == 0), so a format block's lanes share one token.
- * (Two chunk loads per lane in flight spilled the FP8-BLOCK mega kernel.) */
-__device__ void dispatch_group(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
+/* Links: where each row of the group's slots came from (rows_item sends it back there). */
+__device__ __forceinline__ void dispatch_link_slots(const moe_ep_mega_args_t &a, const mega_ctx &c,
+                                                    const mega_shared *sh, int first, int count)
 {
-    const mega_ctx c = ctx_of(a, sh);
     const moe_ep_split_dims_t &d = a.d;
-    const moe_ep_format_t f = moe_ep_path_act_format(d.path);
-    const int first = g * c.tpi, count = min(c.n_tok, first + c.tpi) - first, lane = threadIdx.x % 32;
-    group_slots(a, c, sh, first, count);
-    __syncthreads();
     if (a.link.world && threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
         int j = threadIdx.x / d.K, r = rank_of(sh->token_prefix, d.R, first + j);
         int64_t t = first + j - sh->token_prefix[r];
         a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x % d.K);
     }
-    const int64_t chunks = d.H / 8, total = count * chunks;
-    for (int64_t i0 = threadIdx.x - lane; i0 < total; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
-        const int64_t i = i0 + lane;
-        const int j = i < total ? (int)(i / chunks) : 0, r = rank_of(sh->token_prefix, d.R, first + j);
-        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (i + blockDim.x < total) { /* the next pass's bytes on their way to L2 (no registers held) */
-            const int64_t n = i + blockDim.x;
-            const int jn = (int)(n / chunks), rn = rank_of(sh->token_prefix, d.R, first + jn);
-            const uint16_t *xn = a.io.x[rn] + (int64_t)(first + jn - sh->token_prefix[rn]) * d.H + (n % chunks) * 8;
-            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(xn));
-        }
-        if (i < total) {
-            const uint16_t *x = a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * d.H;
-            load_bf16x8(x, (i % chunks) * 8, ((uintptr_t)x & 15) == 0, v);
-        }
-        dispatch_chunk(f, v, d.H, (i % chunks) * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + j * d.K, d.K,
-                       i < total && r != a.absent_rank);
-    }
+}
+
+/* Whole block, after a dispatch item wrote its rows: each row counts once
+ * towards its expert's ready counter (an absent rank's rows never do). */
+__device__ __forceinline__ void dispatch_signal(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh,
+                                                int first, int count)
+{
     __threadfence();
     __syncthreads();
-    if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0 &&
-        rank_of(sh->token_prefix, d.R, first + (int)threadIdx.x / d.K) != a.absent_rank)
+    if (threadIdx.x < count * a.d.K && c.rows_s[threadIdx.x] >= 0 &&
+        rank_of(sh->token_prefix, a.d.R, first + (int)threadIdx.x / a.d.K) != a.absent_rank)
         red_release_add(&c.ready[c.expert_s[threadIdx.x]], 1);
+}
+
+/* A ring of staged token rows: `stages` stages of `per_stage` tokens of
+ * `token_bytes` each (combine: stages 0, not staged; its register-fed loop runs). */
+struct mega_staging {
+    int stages, per_stage, token_bytes;
+    int bulk;      /* 1: bulk copies (16-byte aligned rows); 0: the block copies (dispatch only) */
+    int sh_offset; /* the ring starts this many bytes before mega_shared (at the GEMM's shared memory) */
+};
+
+/* p (or v), through an asm volatile: what a staged item derives from it
+ * (barrier and stage addresses, the reciprocals of its divisors) is computed
+ * in the item, not hoisted out of the item loop into registers that would
+ * stay live across the GEMM tiles (ptxas spilled them in the producer's
+ * 40-register branch). */
+template <typename T>
+__device__ __forceinline__ T *pinned(T *p)
+{
+    T *q;
+    asm volatile("mov.b64 %0, %1;\n" : "=l"(q) : "l"(p));
+    return q;
+}
+
+__device__ __forceinline__ int pinned_int(int v)
+{
+    int q;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(q) : "r"(v));
+    return q;
+}
+
+/* Thread 0: the stage barriers of a staged item (invalidated by stage_end). */
+__device__ __forceinline__ void stage_begin(mega_shared *sh, const mega_staging &st)
+{
+    for (int i = 0; i < st.stages; i++) mbar_init(&sh->stage_full[i], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks (or GPUs) wrote, read by the copies */
+}
+
+/* Whole block, after its last stage wait. */
+__device__ __forceinline__ void stage_end(mega_shared *sh, const mega_staging &st)
+{
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 0; i < st.stages; i++) mbar_inval(&sh->stage_full[i]);
+}
+
+/* Thread 0: bf16 rows of the group's tokens [j0, j0 + n) (token first + j)
+ * into stage dst, completing on bar; an absent rank's tokens are not copied. */
+__device__ void stage_x_rows(const moe_ep_mega_args_t &a, const mega_shared *sh, uint8_t *dst, uint64_t *bar,
+                             int first, int j0, int n)
+{
+    const uint32_t bytes = (uint32_t)pinned_int(2 * a.d.H);
+    uint32_t total = 0;
+    for (int j = j0; j < j0 + n; j++) total += rank_of(sh->token_prefix, a.d.R, first + j) != a.absent_rank ? bytes : 0u;
+    mbar_expect_tx(bar, total);
+    for (int j = j0; j < j0 + n; j++) {
+        int r = rank_of(sh->token_prefix, a.d.R, first + j);
+        if (r != a.absent_rank)
+            bulk_load(dst + (size_t)(j - j0) * bytes, a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * a.d.H,
+                      bytes, bar);
+    }
+}
+
+/* The block: the same rows copied by every thread (x not 16-byte aligned),
+ * read through L2 as rows other GPUs wrote must be. */
+__device__ void copy_x_rows(const moe_ep_mega_args_t &a, const mega_shared *sh, uint16_t *dst, int first, int j0, int n)
+{
+    const int H = a.d.H;
+    for (int i = threadIdx.x; i < n * H; i += blockDim.x) {
+        int j = j0 + i / H, r = rank_of(sh->token_prefix, a.d.R, first + j);
+        if (r != a.absent_rank) dst[i] = __ldcg(a.io.x[r] + (int64_t)(first + j - sh->token_prefix[r]) * H + i % H);
+    }
+}
+
+/* Dispatch item: tokens [g * dpi, ...) quantized once, written to each of
+ * their rows. The group's bf16 rows move into shared memory by stages of
+ * the ring (bulk copies, issued ahead while earlier stages are encoded; the
+ * register-fed loop this replaced had one 16-byte load per thread in flight
+ * and ran at a third of the copy bandwidth). The (token, chunk) pairs of a
+ * stage are spread over the block; a warp's 32 chunks straddle tokens only
+ * at a multiple of 16 chunks (H % 128 == 0), so a format block's lanes share
+ * one token. */
+__device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
+{
+    sh = pinned(sh);
+    uint8_t *smem = (uint8_t *)sh - st.sh_offset; /* not the kernel's pointer: that one then stayed live across the tiles */
+    const mega_ctx c = ctx_of(a, sh);
+    const moe_ep_split_dims_t &d = a.d;
+    const moe_ep_format_t f = (moe_ep_format_t)pinned_int((int)moe_ep_path_act_format(d.path));
+    const int first = g * sh->dpi, count = min(c.n_tok, first + sh->dpi) - first, lane = threadIdx.x % 32;
+    const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
+    const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
+    if (threadIdx.x == 0 && st.bulk) {
+        stage_begin(sh, st);
+        for (int b = 0; b < min(batches, stages); b++)
+            stage_x_rows(a, sh, smem + (size_t)b * stage_bytes, &sh->stage_full[b], first, b * per_stage,
+                         min(per_stage, count - b * per_stage));
+    }
+    group_slots(a, c, sh, first, count);
+    __syncthreads();
+    dispatch_link_slots(a, c, sh, first, count);
+    for (int b = 0, s = 0, phase = 0; b < batches; b++) {
+        const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
+        uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
+        const uint32_t xs = smem_u32(x);
+        if (st.bulk) {
+            mbar_wait(&sh->stage_full[s], phase);
+        } else {
+            copy_x_rows(a, sh, x, first, j0, min(per_stage, count - j0));
+            __syncthreads();
+        }
+        for (int i0 = threadIdx.x - lane; i0 < total; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
+            const int i = i0 + lane, jj = i < total ? i / chunks : 0, j = j0 + jj;
+            const int r = rank_of(sh->token_prefix, d.R, first + j);
+            float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (i < total && r != a.absent_rank) load_bf16x8_shared(xs + 2u * (uint32_t)(jj * d.H + (i % chunks) * 8), v);
+            dispatch_chunk(f, v, d.H, (i % chunks) * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + j * d.K, d.K,
+                           i < total && r != a.absent_rank);
+        }
+        __syncthreads(); /* stage s read by every thread */
+        if (threadIdx.x == 0 && st.bulk && b + stages < batches)
+            stage_x_rows(a, sh, smem + (size_t)s * stage_bytes, &sh->stage_full[s], first, j0 + stages * per_stage,
+                         min(per_stage, count - j0 - stages * per_stage));
+        if (++s == stages) s = 0, phase ^= 1;
+    }
+    if (st.bulk) stage_end(sh, st);
+    dispatch_signal(a, c, sh, first, count);
 }
 
 /* GEMM item i of GEMM 1 or 2: (m tile, 256 columns) once its inputs exist. */
@@ -323,6 +439,7 @@ struct mega_params {
     moe_ep_mega_args_t a;
     gemm_args g1, g2;
     CUtensorMap ta1, tb1, ta2, tb2; /* the TMA modes: A and B of GEMM1 and GEMM2 (else unset) */
+    mega_staging xs, ys;            /* staged dispatch (bf16 x rows) and combine (a token's K wire rows) */
 };
 
 template <int BM, int MODE>
@@ -367,13 +484,72 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     return true;
 }
 
-/* Combine item: tokens [g * tpi, ...) once the GEMM2 tiles of their rows are done. */
+/* Thread 0: the wire rows (data, then scales) of the group's tokens [j0,
+ * j0 + n) into stage dst, completing on bar: token j's K data rows, then its
+ * K scale rows (slots without a row are not copied). */
+__device__ void stage_y_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, uint8_t *dst, uint64_t *bar, int j0,
+                             int n, int db, int sb)
+{
+    const int K = a.d.K;
+    uint32_t total = 0;
+    for (int s = j0 * K; s < (j0 + n) * K; s++) total += c.rows_s[s] >= 0 ? (uint32_t)(db + sb) : 0u;
+    mbar_expect_tx(bar, total);
+    for (int s = j0 * K; s < (j0 + n) * K; s++) {
+        int64_t row = c.rows_s[s];
+        if (row < 0) continue;
+        uint8_t *tok = dst + (size_t)(s / K - j0) * K * (db + sb);
+        bulk_load(tok + (s % K) * db, a.b.y + row * db, (uint32_t)db, bar);
+        if (sb) bulk_load(tok + K * db + (s % K) * sb, a.b.y_scales + row * sb, (uint32_t)sb, bar);
+    }
+}
+
+/* The group's tokens [first, first + count) summed from their rows staged
+ * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk). */
+__device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int first,
+                               int count)
+{
+    sh = pinned(sh);
+    uint8_t *smem = (uint8_t *)sh - st.sh_offset;
+    const mega_ctx c = ctx_of(a, sh);
+    const moe_ep_split_dims_t &d = a.d;
+    const moe_ep_format_t yf = moe_ep_wire_format(d.wire);
+    const int db = pinned_int((int)moe_ep_row_data_bytes(yf, d.H)), sb = pinned_int((int)moe_ep_row_scale_bytes(yf, d.H));
+    const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
+    const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
+    if (threadIdx.x == 0) {
+        stage_begin(sh, st);
+        for (int b = 0; b < min(batches, stages); b++)
+            stage_y_rows(a, c, smem + (size_t)b * stage_bytes, &sh->stage_full[b], b * per_stage,
+                         min(per_stage, count - b * per_stage), db, sb);
+    }
+    __syncthreads(); /* the barriers exist before anyone waits */
+    for (int b = 0, s = 0, phase = 0; b < batches; b++) {
+        const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
+        mbar_wait(&sh->stage_full[s], phase);
+        for (int i = threadIdx.x; i < total; i += blockDim.x) {
+            const int jj = i / chunks, j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j);
+            const int64_t t = first + j - sh->token_prefix[r];
+            const uint8_t *tok = smem + (size_t)s * stage_bytes + (size_t)jj * st.token_bytes;
+            combine_chunk_staged(d.wire, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
+                                 a.io.weights[r] + t * d.K, a.io.out[r] + t * d.H, (i % chunks) * 8);
+        }
+        __syncthreads(); /* stage s read by every thread */
+        if (threadIdx.x == 0 && b + stages < batches)
+            stage_y_rows(a, c, smem + (size_t)s * stage_bytes, &sh->stage_full[s], j0 + stages * per_stage,
+                         min(per_stage, count - j0 - stages * per_stage), db, sb);
+        if (++s == stages) s = 0, phase ^= 1;
+    }
+    stage_end(sh, st);
+}
+
+/* Combine item: tokens [g * cpi, ...) once the GEMM2 tiles of their rows are
+ * done; staged (st.stages > 0) or register-fed. */
 template <int BM>
-__device__ bool combine_group(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
+__device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
 {
     const mega_ctx c = ctx_of(a, sh);
     const moe_ep_split_dims_t &d = a.d;
-    int first = g * c.tpi, count = min(c.n_tok, first + c.tpi) - first;
+    int first = g * sh->cpi, count = min(c.n_tok, first + sh->cpi) - first;
     bool ok = true;
     group_slots(a, c, sh, first, count);
     __syncthreads();
@@ -383,6 +559,10 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, mega_shared *sh, int 
     }
     if (!__syncthreads_and(ok)) return false;
     MEGA_TRACE_MARK(sh);
+    if (st.stages) {
+        combine_staged(a, st, sh, first, count);
+        return true;
+    }
     /* the group's (token, chunk) pairs spread over the block */
     const int64_t chunks = d.H / 8;
     for (int64_t i = threadIdx.x; i < count * chunks; i += blockDim.x) {
@@ -480,7 +660,7 @@ __device__ bool send_item(const moe_ep_mega_args_t &a, mega_shared *sh, int i)
 }
 
 /* Item counts, once: links first wait for every rank's tokens of this forward. */
-__device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh)
+__device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh, bool staged_dispatch, bool staged_combine)
 {
     if (a.link.world) {
         const int W = a.link.world;
@@ -498,10 +678,16 @@ __device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh)
         int per_item = (n_tok + 4 * (int)gridDim.x - 1) / (4 * (int)gridDim.x);
         sh->n_tok = n_tok;
         sh->n_count = (int)(((int64_t)n_tok * a.d.K + slots_per_item - 1) / slots_per_item);
-        sh->tpi = max(1, min(per_item, (int)blockDim.x / a.d.K));
-        sh->n_groups = (n_tok + sh->tpi - 1) / sh->tpi;
+        int max_tokens = (int)blockDim.x / a.d.K; /* an item's slots: one thread each */
+        sh->tpi = max(1, min(per_item, max_tokens));
+        /* staged items keep many rows in flight: larger groups pay fewer
+         * per-item round trips (dispatch: one per block; combine: two, so
+         * that blocks freed early by GEMM2 take more) */
+        sh->dpi = staged_dispatch ? max(1, min((n_tok + (int)gridDim.x - 1) / (int)gridDim.x, max_tokens)) : sh->tpi;
+        sh->cpi = staged_combine ? max(1, min((n_tok + 2 * (int)gridDim.x - 1) / (2 * (int)gridDim.x), max_tokens)) : sh->tpi;
+        sh->n_groups = (n_tok + sh->dpi - 1) / sh->dpi;
         int own = a.link.world ? sh->token_prefix[a.link.rank + 1] - sh->token_prefix[a.link.rank] : n_tok;
-        sh->n_combine = (own + sh->tpi - 1) / sh->tpi;
+        sh->n_combine = a.link.world ? (own + sh->tpi - 1) / sh->tpi : (own + sh->cpi - 1) / sh->cpi;
     }
     __syncthreads();
     return true;
@@ -672,7 +858,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
             continue;
         }
         i -= n_send;
-        if (sh->n_tok < 0 && !setup_items(a, sh)) break;
+        if (sh->n_tok < 0 && !setup_items(a, sh, p.xs.stages > 0, p.ys.stages > 0)) break;
         if (i < sh->n_count) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_COUNT);
             count_item(a, sh, i);
@@ -682,7 +868,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
-            dispatch_group(a, sh, i);
+            dispatch_group(a, p.xs, sh, i);
             continue;
         }
         i -= sh->n_groups;
@@ -701,12 +887,53 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
             ok = false;
         } else {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_COMBINE);
-            ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM>(a, sh, i);
+            ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM>(a, p.ys, sh, i);
         }
         if (!ok) break;
     }
     MEGA_TRACE_CLOSE(sh);
     mega_exit(a, sh);
+}
+
+/* Bytes at the start of shared memory free between items: the TMA tiles'
+ * whole region; the mma.sync tiles' ring (their tables stay). */
+template <int BM, int MODE>
+static size_t staging_region(const moe_ep_split_dims_t &d)
+{
+    if (MODE_TMA(MODE)) return mega_shared_offset<BM, MODE>(d);
+    return gemm_tables_offset<BM, MEGA_BN, MODE>(moe_ep_path_act_format(d.path), moe_ep_path_weight_format(d.path));
+}
+
+/* The ring for tokens of token_bytes (whose copies are each a multiple of 16
+ * bytes at 16-byte aligned addresses when `aligned`): MEGA_STAGES stages of
+ * as many tokens as fit, or fewer stages of one token; none when not even one
+ * token fits (the register-fed items run). */
+static mega_staging staging_for(size_t region, int64_t token_bytes, bool aligned)
+{
+    mega_staging st = {0, 0, (int)token_bytes, aligned ? 1 : 0, 0};
+    int64_t fit = token_bytes > 0 ? (int64_t)region / token_bytes : 0;
+    if (fit < 1) return st;
+    if (fit >= 2 * MEGA_STAGES) st.stages = MEGA_STAGES, st.per_stage = (int)(fit / MEGA_STAGES);
+    else st.stages = (int)(fit < MEGA_STAGES ? fit : MEGA_STAGES), st.per_stage = 1;
+    return st;
+}
+
+/* The dispatch and combine rings of a launch: x rows of 2 H bytes (every
+ * rank's x 16-byte aligned), a token's K wire rows (data and scale rows
+ * multiples of 16 bytes). */
+template <int BM, int MODE>
+static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
+{
+    size_t region = staging_region<BM, MODE>(a->d);
+    bool x_aligned = a->d.H % 8 == 0;
+    for (int r = 0; r < a->d.R; r++) x_aligned = x_aligned && ((uintptr_t)a->io.x[r] & 15) == 0;
+    moe_ep_format_t yf = moe_ep_wire_format(a->d.wire);
+    int64_t db = moe_ep_row_data_bytes(yf, a->d.H), sb = moe_ep_row_scale_bytes(yf, a->d.H);
+    p->xs = staging_for(region, 2 * (int64_t)a->d.H, x_aligned);
+    p->ys = staging_for(region, a->d.K * (db + sb), db % 16 == 0 && sb % 16 == 0 && ((uintptr_t)a->b.y & 15) == 0 &&
+                                                        ((uintptr_t)a->b.y_scales & 15) == 0);
+    if (!p->ys.bulk) p->ys.stages = 0; /* the combine stages by bulk copies only */
+    p->xs.sh_offset = p->ys.sh_offset = (int)mega_shared_offset<BM, MODE>(a->d);
 }
 
 template <int BM, int MODE, int SB>
@@ -728,6 +955,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     mega_params p;
     memset(&p, 0, sizeof p);
     p.a = *a, p.g1 = moe_ep_gemm1_args(a->d, a->b), p.g2 = moe_ep_gemm2_args(a->d, a->b);
+    plan_staging<BM, MODE>(a, &p);
+    if (!p.xs.stages) /* not reached: moe_ep_mega_unsupported refuses such hidden sizes first */
+        return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: hidden too large for the dispatch's shared memory", name);
     int64_t rows = (int64_t)a->d.R * a->d.T_max * a->d.K; /* rows of every source rank's slots: the buffers' capacity */
     if (MODE == MODE_WGMMA) {
         MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
@@ -743,9 +973,10 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     return moe_ep_launch_check(name);
 }
 
-/* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4, MXFP8 and
- * W4A8; 32 rows (256 threads) for bf16 and FP8-BLOCK, whose 64-row instances
- * spill here (see the tile rows note above); tile_rows 128 with bf16: the TMA
+/* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4; 32 rows
+ * (256 threads) for bf16, FP8-BLOCK, MXFP8 and W4A8, whose 64-row instances
+ * spill here (see the tile rows note above; MXFP8 / W4A8 since the staged
+ * dispatch); tile_rows 128 with bf16: the TMA
  * + HGMMA tile (384 threads); FP8-BLOCK layers with fp8_fast_accum: the QGMMA
  * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK and
  * MXFP8 where their shapes allow: the exact fp16 HGMMA register tile (128 or
@@ -764,7 +995,7 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
                 return a->d.tile_rows == 64 ? launch<64, MODE_W4_RS, 32>(a, s) : launch<FR_BM, MODE_W4_RS, 32>(a, s);
             return a->d.tile_rows == 64 ? launch<64, MODE_MX_RS, 32>(a, s) : launch<FR_BM, MODE_MX_RS, 32>(a, s);
         }
-        return small ? launch<16, MODE_FP8, 32>(a, s) : launch<64, MODE_FP8, 32>(a, s);
+        return small ? launch<16, MODE_FP8, 32>(a, s) : launch<32, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
         if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
@@ -777,9 +1008,9 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     }
 }
 
-/* The ring of the smallest tile (BM 16), which held the dispatch's fp32
- * token before dispatch_row (rows.cuh) encoded straight from registers; the
- * hidden-size limit it implies stays until a larger hidden runs on the GPU. */
+/* The ring of the smallest tile (BM 16): the dispatch stages its bf16 tokens
+ * there (at least one, 2 H bytes). The limit checked is the older one, room
+ * for an fp32 token, kept until a larger hidden runs on the GPU. */
 template <int BM>
 static size_t ring_bytes(const moe_ep_split_dims_t *d)
 {

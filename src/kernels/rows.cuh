@@ -13,17 +13,30 @@
  * values with them (the *_encode_part codecs: the whole-block encoder's
  * bytes). H % 128 == 0, so a block never straddles a warp's chunks. */
 
+/* The 8 bf16 of 16 bytes u as floats. */
+__device__ __forceinline__ void bf16x8_unpack(uint4 u, float v[8])
+{
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int i = 0; i < 4; i++)
+        v[2 * i] = moe_ep_bf16_to_f32((uint16_t)w[i]), v[2 * i + 1] = moe_ep_bf16_to_f32((uint16_t)(w[i] >> 16));
+}
+
 /* 8 bf16 at element offset h of row x (16-byte loads when x is aligned). */
 __device__ __forceinline__ void load_bf16x8(const uint16_t *x, int64_t h, bool vec, float v[8])
 {
     if (vec) {
-        uint4 u = __ldcg((const uint4 *)(x + h));
-        uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        for (int i = 0; i < 4; i++)
-            v[2 * i] = moe_ep_bf16_to_f32((uint16_t)w[i]), v[2 * i + 1] = moe_ep_bf16_to_f32((uint16_t)(w[i] >> 16));
+        bf16x8_unpack(__ldcg((const uint4 *)(x + h)), v);
     } else {
         for (int i = 0; i < 8; i++) v[i] = moe_ep_bf16_to_f32(__ldcg(x + h + i));
     }
+}
+
+/* The same from shared memory: 16 bytes at shared address addr (16-byte aligned). */
+__device__ __forceinline__ void load_bf16x8_shared(uint32_t addr, float v[8])
+{
+    uint4 u;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(addr));
+    bf16x8_unpack(u, v);
 }
 
 /* amax (inf if any inf) and NaN / inf flags of the block of `lanes` lanes (a
@@ -118,25 +131,56 @@ __device__ __forceinline__ void dispatch_row(moe_ep_format_t f, const uint16_t *
 
 /* ---- combine: one token from its rows ------------------------------------- */
 
+/* The 8 values of one wire chunk from its bytes: bf16 (u, 16 bytes), MXFP8
+ * (u.x, u.y and the block's scale byte sb) or FP4 (u.x and the bf16 bits of
+ * the block's scale in sb). */
+__device__ __forceinline__ void wire_decode8(moe_ep_wire_t wire, uint4 u, uint32_t sb, float v[8])
+{
+    if (wire == MOE_EP_WIRE_BF16) {
+        bf16x8_unpack(u, v);
+    } else if (wire == MOE_EP_WIRE_MXFP8) {
+        for (int i = 0; i < 4; i++)
+            v[i] = moe_ep_mx8_value((uint8_t)(u.x >> (8 * i)), (uint8_t)sb),
+            v[4 + i] = moe_ep_mx8_value((uint8_t)(u.y >> (8 * i)), (uint8_t)sb);
+    } else {
+        for (int i = 0; i < 8; i++) v[i] = moe_ep_fp4_wire_value((uint8_t)((u.x >> (4 * i)) & 15u), (uint16_t)sb);
+    }
+}
+
 /* Elements h .. h + 7 of wire row `row` (H elements) of output rows (y, ys). */
 __device__ __forceinline__ void wire_values8(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int64_t H,
                                              int64_t row, int64_t h, float v[8])
 {
+    uint4 u = make_uint4(0, 0, 0, 0);
+    uint32_t sb = 0;
     if (wire == MOE_EP_WIRE_BF16) {
-        uint4 u = __ldcg((const uint4 *)(y + 2 * (row * H + h)));
-        uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        for (int i = 0; i < 4; i++)
-            v[2 * i] = moe_ep_bf16_to_f32((uint16_t)w[i]), v[2 * i + 1] = moe_ep_bf16_to_f32((uint16_t)(w[i] >> 16));
+        u = __ldcg((const uint4 *)(y + 2 * (row * H + h)));
     } else if (wire == MOE_EP_WIRE_MXFP8) {
-        uint2 u = __ldcg((const uint2 *)(y + row * H + h));
-        uint8_t b = __ldcg(ys + row * (H / 32) + h / 32);
-        for (int i = 0; i < 4; i++)
-            v[i] = moe_ep_mx8_value((uint8_t)(u.x >> (8 * i)), b), v[4 + i] = moe_ep_mx8_value((uint8_t)(u.y >> (8 * i)), b);
+        uint2 d = __ldcg((const uint2 *)(y + row * H + h));
+        u.x = d.x, u.y = d.y, sb = __ldcg(ys + row * (H / 32) + h / 32);
     } else {
-        uint32_t u = __ldcg((const uint32_t *)(y + row * (H / 2) + h / 2));
-        uint16_t sb = __ldcg((const unsigned short *)ys + row * (H / 16) + h / 16);
-        for (int i = 0; i < 8; i++) v[i] = moe_ep_fp4_wire_value((uint8_t)((u >> (4 * i)) & 15u), sb);
+        u.x = __ldcg((const uint32_t *)(y + row * (H / 2) + h / 2));
+        sb = __ldcg((const unsigned short *)ys + row * (H / 16) + h / 16);
     }
+    wire_decode8(wire, u, sb, v);
+}
+
+/* The same from one row staged in shared memory: its data bytes y and scale
+ * bytes ys (the layouts of a row of the wire buffers). */
+__device__ __forceinline__ void wire_values8_staged(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys, int h,
+                                                    float v[8])
+{
+    uint4 u = make_uint4(0, 0, 0, 0);
+    uint32_t sb = 0;
+    if (wire == MOE_EP_WIRE_BF16) {
+        u = *(const uint4 *)(y + 2 * h);
+    } else if (wire == MOE_EP_WIRE_MXFP8) {
+        uint2 d = *(const uint2 *)(y + h);
+        u.x = d.x, u.y = d.y, sb = ys[h / 32];
+    } else {
+        u.x = *(const uint32_t *)(y + h / 2), sb = ((const unsigned short *)ys)[h / 16];
+    }
+    wire_decode8(wire, u, sb, v);
 }
 
 /* Prefetch into L2 of wire_values8's data bytes (no registers held: the
@@ -146,6 +190,17 @@ __device__ __forceinline__ void wire_prefetch8(moe_ep_wire_t wire, const uint8_t
     const uint8_t *p = wire == MOE_EP_WIRE_BF16 ? y + 2 * (row * H + h) : wire == MOE_EP_WIRE_MXFP8 ? y + row * H + h
                                                                                                   : y + row * (H / 2) + h / 2;
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+/* out[h .. h + 7] = bf16 of acc[0..7] (one 16-byte store where aligned). */
+__device__ __forceinline__ void store_bf16x8(uint16_t *out, int64_t h, const float acc[8])
+{
+    if (((uintptr_t)out & 15) == 0) {
+        *(uint4 *)(out + h) = make_uint4(moe_ep_pack_bf16x2(acc[0], acc[1]), moe_ep_pack_bf16x2(acc[2], acc[3]),
+                                         moe_ep_pack_bf16x2(acc[4], acc[5]), moe_ep_pack_bf16x2(acc[6], acc[7]));
+    } else {
+        for (int i = 0; i < 8; i++) out[h + i] = moe_ep_bf16_from_f32(acc[i]);
+    }
 }
 
 /* out[h .. h + 7] = bf16 of the sum over slots k = 0..K-1 (in that order)
@@ -162,12 +217,24 @@ __device__ __forceinline__ void combine_chunk(moe_ep_wire_t wire, const uint8_t 
         wire_values8(wire, y, ys, H, rows[k], h, v);
         for (int i = 0; i < 8; i++) acc[i] = fmaf(wk, v[i], acc[i]);
     }
-    if (((uintptr_t)out & 15) == 0) {
-        *(uint4 *)(out + h) = make_uint4(moe_ep_pack_bf16x2(acc[0], acc[1]), moe_ep_pack_bf16x2(acc[2], acc[3]),
-                                         moe_ep_pack_bf16x2(acc[4], acc[5]), moe_ep_pack_bf16x2(acc[6], acc[7]));
-    } else {
-        for (int i = 0; i < 8; i++) out[h + i] = moe_ep_bf16_from_f32(acc[i]);
+    store_bf16x8(out, h, acc);
+}
+
+/* combine_chunk with the token's rows staged in shared memory: slot k's
+ * data bytes at y + k * data_bytes, its scales at ys + k * scale_bytes
+ * (only slots with rows[k] >= 0 are read). The same sums, bit for bit. */
+__device__ __forceinline__ void combine_chunk_staged(moe_ep_wire_t wire, const uint8_t *y, const uint8_t *ys,
+                                                     int data_bytes, int scale_bytes, int K, const int32_t *rows,
+                                                     const float *w, uint16_t *out, int h)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+    for (int k = 0; k < K; k++) {
+        if (rows[k] < 0) continue;
+        float wk = w[k];
+        wire_values8_staged(wire, y + k * data_bytes, ys + k * scale_bytes, h, v);
+        for (int i = 0; i < 8; i++) acc[i] = fmaf(wk, v[i], acc[i]);
     }
+    store_bf16x8(out, h, acc);
 }
 
 /* combine_chunk over a token's row (H % 8 == 0): threads tid of nthreads,

@@ -90,8 +90,8 @@
  * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
  * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 ? 40 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 ? 232 : 224)
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 
 enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 

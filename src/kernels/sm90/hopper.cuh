@@ -46,6 +46,14 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
                  ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar)) : "memory");
 }
 
+/* A bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned)
+ * from global to shared memory, completing bytes on mbarrier bar. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
+
 /* Shared-memory matrix descriptor: K-major, 128-byte swizzle (8-row x 128-B
  * atoms, 1024 B between atoms along M/N; the leading offset is unused). */
 __device__ __forceinline__ uint64_t smem_desc_u32(uint32_t shared_address)
