@@ -43,6 +43,16 @@
  * third of the copy bandwidth: one 16-byte load per thread in flight). */
 #define MEGA_STAGES 4
 
+/* The activation format of an instance (SB: the FP8 tiles' scale block). */
+template <int MODE, int SB>
+__host__ __device__ constexpr int mega_act_format()
+{
+    return MODE == MODE_WGMMA || MODE == MODE_BF16                                          ? MOE_EP_FORMAT_BF16
+           : MODE == MODE_NV_RS || MODE == MODE_CVT                                         ? MOE_EP_FORMAT_NVFP4
+           : MODE == MODE_QGMMA || MODE == MODE_FP8_RS || (MODE == MODE_FP8 && SB == 128) ? MOE_EP_FORMAT_FP8_BLOCK
+                                                                                            : MOE_EP_FORMAT_MXFP8;
+}
+
 /* Threads of a block: the GEMM tile's. */
 template <int BM, int MODE>
 constexpr int mega_threads()
@@ -385,13 +395,14 @@ __device__ void copy_x_rows(const moe_ep_mega_args_t &a, const mega_shared *sh, 
  * stage are spread over the block; a warp's 32 chunks straddle tokens only
  * at a multiple of 16 chunks (H % 128 == 0), so a format block's lanes share
  * one token. */
+template <int AF>
 __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
 {
     sh = pinned(sh);
     uint8_t *smem = (uint8_t *)sh - st.sh_offset; /* not the kernel's pointer: that one then stayed live across the tiles */
     const mega_ctx c = ctx_of(a, sh);
     const moe_ep_split_dims_t &d = a.d;
-    const moe_ep_format_t f = (moe_ep_format_t)pinned_int((int)moe_ep_path_act_format(d.path));
+    const moe_ep_format_t f = (moe_ep_format_t)AF; /* compile-time: the encoder's branches fold (4x slower at run time) */
     const int first = g * sh->dpi, count = min(c.n_tok, first + sh->dpi) - first, lane = threadIdx.x % 32;
     const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
@@ -868,7 +879,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
-            dispatch_group(a, p.xs, sh, i);
+            dispatch_group<mega_act_format<MODE, SB>()>(a, p.xs, sh, i);
             continue;
         }
         i -= sh->n_groups;
@@ -955,6 +966,8 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     mega_params p;
     memset(&p, 0, sizeof p);
     p.a = *a, p.g1 = moe_ep_gemm1_args(a->d, a->b), p.g2 = moe_ep_gemm2_args(a->d, a->b);
+    if (mega_act_format<MODE, SB>() != (int)moe_ep_path_act_format(a->d.path))
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: instance for another activation format", name);
     plan_staging<BM, MODE>(a, &p);
     if (!p.xs.stages) /* not reached: moe_ep_mega_unsupported refuses such hidden sizes first */
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: hidden too large for the dispatch's shared memory", name);
