@@ -447,32 +447,43 @@ static void time_cell(const bench_opts_t *o, moe_ep_group_t g, run_ctx_t *c, moe
     cell->stage_state = ok ? CELL_OK : CELL_ERR;
 }
 
-/* cells[t] for every T of one path and backend. */
-static void bench_layer(const bench_opts_t *o, const slice_t *sl, const ceilings_t *ce,
-                        moe_ep_path_t p, moe_ep_backend_t b, cudaStream_t s, cell_t *cells, int stride)
+/* cells[t * stride + b] for every T and backend of one path. Every
+ * backend's layer is alive at once and, at each T, the backends are timed one
+ * right after the other: a drift of the GPU's clocks over the run (5-7 % seen
+ * between runs) then shows in both columns, not in one backend's whole
+ * column, so their ratio at a T compares like with like. */
+static void bench_path(const bench_opts_t *o, const slice_t *sl, const ceilings_t *ce, moe_ep_path_t p,
+                       cudaStream_t s, cell_t *cells, int stride)
 {
-    moe_ep_group_t g = NULL;
-    moe_ep_layer_t l = NULL;
-    int ok = slice_layer_ok(moe_ep_group_create_emulated(sl->R, 0, &g), "moe_ep_group_create_emulated");
-    ok = ok && slice_layer_ok(slice_create_layer(sl, p, o->wire, b, g, s, &l), "layer create/load");
-    for (int t = 0; t < o->ntok; t++) {
-        cell_t *cell = &cells[t * stride];
-        int T = o->tokens[t];
-        cell->floor_us = floor_us(sl, ce, p, o->wire, T);
-        cell->fwd_state = cell->stage_state = ok ? CELL_NA : CELL_ERR;
-        if (!ok) continue;
-        run_ctx_t c = {sl, l, T};
-#ifdef MOE_EP_MEGA_TRACE
-        g_trace_path_name = moe_ep_path_name(p);
-#endif
-        time_cell(o, g, &c, b, s, cell);
-        fprintf(stderr, "%s T=%d %s/%s: forward %.1f us, expert stage %.1f us, floor %.1f us\n",
-                sl->g->name, T, moe_ep_path_name(p), moe_ep_backend_name(b),
-                cell->fwd_state == CELL_OK ? cell->fwd_us : NAN,
-                cell->stage_state == CELL_OK ? cell->stage_us : NAN, cell->floor_us);
+    moe_ep_group_t g[MOE_EP_BACKEND_COUNT_] = {NULL};
+    moe_ep_layer_t l[MOE_EP_BACKEND_COUNT_] = {NULL};
+    int ok[MOE_EP_BACKEND_COUNT_];
+    for (int b = 0; b < o->nback; b++) {
+        ok[b] = slice_layer_ok(moe_ep_group_create_emulated(sl->R, 0, &g[b]), "moe_ep_group_create_emulated");
+        ok[b] = ok[b] && slice_layer_ok(slice_create_layer(sl, p, o->wire, o->backends[b], g[b], s, &l[b]),
+                                        "layer create/load");
     }
-    if (l) slice_layer_ok(moe_ep_layer_destroy(l), "moe_ep_layer_destroy");
-    if (g) slice_layer_ok(moe_ep_group_destroy(g), "moe_ep_group_destroy");
+    for (int t = 0; t < o->ntok; t++)
+        for (int b = 0; b < o->nback; b++) {
+            cell_t *cell = &cells[t * stride + b];
+            int T = o->tokens[t];
+            cell->floor_us = floor_us(sl, ce, p, o->wire, T);
+            cell->fwd_state = cell->stage_state = ok[b] ? CELL_NA : CELL_ERR;
+            if (!ok[b]) continue;
+            run_ctx_t c = {sl, l[b], T};
+#ifdef MOE_EP_MEGA_TRACE
+            g_trace_path_name = moe_ep_path_name(p);
+#endif
+            time_cell(o, g[b], &c, o->backends[b], s, cell);
+            fprintf(stderr, "%s T=%d %s/%s: forward %.1f us, expert stage %.1f us, floor %.1f us\n",
+                    sl->g->name, T, moe_ep_path_name(p), moe_ep_backend_name(o->backends[b]),
+                    cell->fwd_state == CELL_OK ? cell->fwd_us : NAN,
+                    cell->stage_state == CELL_OK ? cell->stage_us : NAN, cell->floor_us);
+        }
+    for (int b = 0; b < o->nback; b++) {
+        if (l[b]) slice_layer_ok(moe_ep_layer_destroy(l[b]), "moe_ep_layer_destroy");
+        if (g[b]) slice_layer_ok(moe_ep_group_destroy(g[b]), "moe_ep_group_destroy");
+    }
 }
 
 int bench_max_tokens(const bench_opts_t *o)
@@ -497,9 +508,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
     sl.fp8_fast_accum = o->fp8_fast_accum;
     if (made)
         for (int p = 0; p < o->npath; p++)
-            for (int b = 0; b < o->nback; b++)
-                bench_layer(o, &sl, ce, o->paths[p], o->backends[b], s, &cells[p * o->nback + b],
-                            o->npath * o->nback);
+            bench_path(o, &sl, ce, o->paths[p], s, &cells[p * o->nback], o->npath * o->nback);
     slice_free(&sl);
 }
 
