@@ -13,7 +13,9 @@
  *
  * Shared memory: the GEMM ring / tables / C tile (gemm_tile.cuh), then mega_shared and the
  * plan: expert row offsets [E+1], tile offsets [E+1], then the rows and local
- * experts of the item's slots [blockDim] each. */
+ * experts of the item's slots [blockDim] each. Between GEMM items, the GEMM's
+ * region (for the mma.sync tiles its ring only: their tables stay) holds the
+ * rows staged by the dispatch and combine items (mega_staging). */
 #include "kernels/mega_kernels.h"
 #include "kernels/plan_scan.cuh"
 #include "kernels/rows.cuh"
