@@ -947,6 +947,33 @@ static void test_unaligned(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* One block (num_sms 1) for 80 tokens of 2048: a dispatch item then stages
+ * its 80 x rows through a ring of 4 stages several times over, and a combine
+ * item its 40 tokens' wire rows, so the mega kernel's ring refills run (the
+ * other cases fit their rows in the first pass). Every path on the bf16
+ * wire, MXFP8 on the MXFP8 and FP4 wires, against the reference and across
+ * backends. */
+static void test_staged_rings(uint64_t *rng, cudaStream_t stream)
+{
+    printf("staged rings refilled (E 8, K 4, H 2048, I 128, T 80, num_sms 1)\n");
+    fixture_t f;
+    fixture_init(&f, 8, 4, 2048, 128, 80, ROUTE_UNIFORM, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    split_t sp = split_strided(1, 80, 80);
+    for (int p = 0; p < MOE_EP_PATH_COUNT_ + 2; p++) {
+        moe_ep_path_t path = p < MOE_EP_PATH_COUNT_ ? (moe_ep_path_t)p : MOE_EP_PATH_MXFP8;
+        moe_ep_wire_t wire = p < MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_BF16
+                             : p == MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_MXFP8
+                                                       : MOE_EP_WIRE_FP4;
+        spec_t s = make_spec(path, wire, 1, 80);
+        s.num_sms = 1;
+        versus_reference("staged rings", &f, s, &sp, &d, stream);
+    }
+    dev_free(&d);
+    fixture_free(&f);
+}
+
 /* Enough rows per expert for the heuristic's 128-row TMA + wgmma tile (bf16,
  * rows >= 128 x experts), on every backend under test (mega runs it inside
  * its persistent kernel); versus_reference also compares mega with split. */
@@ -1109,6 +1136,7 @@ int main(void)
     test_knobs(&rng, stream);
     test_large(&rng, stream);
     test_unaligned(&rng, stream);
+    test_staged_rings(&rng, stream);
     test_wgmma_tile(&rng, stream);
     test_fp8_fast_accum(&rng, stream);
     test_timeout(&rng, stream);
