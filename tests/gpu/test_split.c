@@ -905,6 +905,15 @@ static void test_large(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* Case p of PATH_WIRE_CASES: every path on the bf16 wire, then MXFP8 on the
+ * MXFP8 and FP4 wires. */
+enum { PATH_WIRE_CASES = MOE_EP_PATH_COUNT_ + 2 };
+static void path_wire_case(int p, moe_ep_path_t *path, moe_ep_wire_t *wire)
+{
+    *path = p < MOE_EP_PATH_COUNT_ ? (moe_ep_path_t)p : MOE_EP_PATH_MXFP8;
+    *wire = p < MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_BF16 : p == MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_MXFP8 : MOE_EP_WIRE_FP4;
+}
+
 /* Token rows x and output rows out one bf16 past their allocations, so not
  * 16-byte aligned: dispatch and combine take their 2-byte paths, and every
  * path (wire bf16, plus MXFP8 and FP4 wires once) gives the aligned run's
@@ -925,12 +934,11 @@ static void test_unaligned(uint64_t *rng, cudaStream_t stream)
     CUDA_CHECK(cudaMemcpy(u.x, f.x, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
     split_t sp = split_strided(1, 48, 48);
     uint16_t *a = xmalloc(d.out_bytes), *b = xmalloc(d.out_bytes);
-    for (int p = 0; p < MOE_EP_PATH_COUNT_ + 2; p++)
+    for (int p = 0; p < PATH_WIRE_CASES; p++)
         for (int i = 0; i < num_backends; i++) {
-            moe_ep_path_t path = p < MOE_EP_PATH_COUNT_ ? (moe_ep_path_t)p : MOE_EP_PATH_MXFP8;
-            moe_ep_wire_t wire = p < MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_BF16
-                                 : p == MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_MXFP8
-                                                           : MOE_EP_WIRE_FP4;
+            moe_ep_path_t path;
+            moe_ep_wire_t wire;
+            path_wire_case(p, &path, &wire);
             spec_t s = make_spec(path, wire, 1, 48);
             s.backend = backends[i];
             nvfp4_scales(&f, &s);
@@ -961,11 +969,10 @@ static void test_staged_rings(uint64_t *rng, cudaStream_t stream)
     dbuf_t d;
     dev_init(&d, &f);
     split_t sp = split_strided(1, 80, 80);
-    for (int p = 0; p < MOE_EP_PATH_COUNT_ + 2; p++) {
-        moe_ep_path_t path = p < MOE_EP_PATH_COUNT_ ? (moe_ep_path_t)p : MOE_EP_PATH_MXFP8;
-        moe_ep_wire_t wire = p < MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_BF16
-                             : p == MOE_EP_PATH_COUNT_ ? MOE_EP_WIRE_MXFP8
-                                                       : MOE_EP_WIRE_FP4;
+    for (int p = 0; p < PATH_WIRE_CASES; p++) {
+        moe_ep_path_t path;
+        moe_ep_wire_t wire;
+        path_wire_case(p, &path, &wire);
         spec_t s = make_spec(path, wire, 1, 80);
         s.num_sms = 1;
         versus_reference("staged rings", &f, s, &sp, &d, stream);
