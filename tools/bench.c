@@ -566,7 +566,8 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
                    " T tokens per rank routed uniformly over all %d x E/8 experts; floor = %d x the slice's;",
                 o->ranks, o->ranks, o->ranks);
     fprintf(f, " wire %s; median of %d iterations after %d warm-up; L2 flushed before each timed call;"
-               " inputs rotate over >= 2 sets\n", moe_ep_wire_name(o->wire), o->iters, o->warmup);
+               " inputs rotate over >= 2 sets; at each T a path's backends run one right after the other\n",
+            moe_ep_wire_name(o->wire), o->iters, o->warmup);
     fprintf(f, "- floor = max(bytes / copy bandwidth, FLOPs / tensor rate); FLOPs = 2*rows*3*H*I; bytes ="
                " weights of the experts hit (path format) + x and out (bf16) + rows*H (activation format)"
                " + rows*H (wire format); FP8 rate for mxfp8, w4a8, fp8_block, BF16 rate for bf16, nvfp4\n");
