@@ -920,7 +920,8 @@ static size_t staging_region(const moe_ep_split_dims_t &d)
 /* The ring for tokens of token_bytes (whose copies are each a multiple of 16
  * bytes at 16-byte aligned addresses when `aligned`): MEGA_STAGES stages of
  * as many tokens as fit, or fewer stages of one token; none when not even one
- * token fits (the register-fed items run). */
+ * token fits (the combine then runs its register-fed loop; the dispatch
+ * always fits: moe_ep_mega_unsupported). */
 static mega_staging staging_for(size_t region, int64_t token_bytes, bool aligned)
 {
     mega_staging st = {0, 0, (int)token_bytes, aligned ? 1 : 0, 0};
