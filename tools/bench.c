@@ -378,16 +378,18 @@ typedef struct {
 /* Builds with -DMOE_EP_MEGA_TRACE=ON: one more mega forward (L2 flushed
  * first) with its item timeline recorded, summed per item kind on stderr:
  * items, the span from the first start to the last end (us from the
- * kernel's first item), the blocks' busy time and their wait for inputs. */
+ * kernel's first item), the blocks' busy time, their wait for inputs and
+ * (staged items) for their rows' bulk copies. */
 static const char *g_trace_path_name = "?"; /* the path of the cell being timed */
 
 static void trace_dump(const char *label, const moe_ep_mega_trace_rec_t *r, uint32_t m)
 {
-    const char *path = getenv("MOE_EP_MEGA_TRACE_DUMP"); /* appends "label block kind t0 tw t1" lines */
+    const char *path = getenv("MOE_EP_MEGA_TRACE_DUMP"); /* appends "label block kind t0 tw stall t1" lines */
     FILE *f = path ? fopen(path, "a") : NULL;
     if (!f) return;
     for (uint32_t i = 0; i < m; i++)
-        fprintf(f, "%s %u %u %llu %llu %llu\n", label, r[i].block, r[i].kind, r[i].t0, r[i].tw, r[i].t1);
+        fprintf(f, "%s %u %u %llu %llu %llu %llu\n", label, r[i].block, r[i].kind, r[i].t0, r[i].tw, r[i].stall,
+                r[i].t1);
     fclose(f);
 }
 
@@ -412,16 +414,20 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
                 (t_last - t_first) / 1e3);
         for (int k = 0; k < MOE_EP_MEGA_ITEM_KINDS; k++) {
             unsigned long long lo = ~0ull, hi = 0;
-            double busy = 0, wait = 0;
+            double busy = 0, wait = 0, stall = 0;
             uint32_t count = 0;
             for (uint32_t i = 0; i < m; i++) {
                 if ((int)r[i].kind != k) continue;
                 count++, busy += (double)(r[i].t1 - r[i].t0), wait += (double)(r[i].tw - r[i].t0);
+                stall += (double)r[i].stall;
                 lo = r[i].t0 < lo ? r[i].t0 : lo, hi = r[i].t1 > hi ? r[i].t1 : hi;
             }
             if (count)
-                fprintf(stderr, "    %-8s %7u items, from %9.1f to %9.1f us, busy %10.1f block-us (waiting %10.1f)\n",
-                        kinds[k], count, (lo - t_first) / 1e3, (hi - t_first) / 1e3, busy / 1e3, wait / 1e3);
+                fprintf(stderr,
+                        "    %-8s %7u items, from %9.1f to %9.1f us, busy %10.1f block-us (waiting %10.1f,"
+                        " on staged rows %10.1f)\n",
+                        kinds[k], count, (lo - t_first) / 1e3, (hi - t_first) / 1e3, busy / 1e3, wait / 1e3,
+                        stall / 1e3);
         }
     }
     free(r);

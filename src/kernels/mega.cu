@@ -79,7 +79,7 @@ struct mega_shared {
     int32_t token_prefix[MOE_EP_GPU_MAX_RANKS + 1];   /* tokens of the ranks before r */
 #ifdef MOE_EP_MEGA_TRACE
     int trace_kind; /* the open item's kind, -1: none */
-    unsigned long long trace_t0, trace_tw;
+    unsigned long long trace_t0, trace_tw, trace_stall;
 #endif
 };
 
@@ -180,7 +180,16 @@ __device__ unsigned int g_mega_trace_n, g_mega_trace_cap;
 
 __device__ __forceinline__ void mega_trace_open(mega_shared *sh, int kind)
 {
-    if (threadIdx.x == 0) sh->trace_kind = kind, sh->trace_t0 = sh->trace_tw = (unsigned long long)global_ns();
+    if (threadIdx.x == 0)
+        sh->trace_kind = kind, sh->trace_t0 = sh->trace_tw = (unsigned long long)global_ns(), sh->trace_stall = 0;
+}
+
+/* Thread 0: a staged item's wait for stage `stage` (its time adds to the item's stall). */
+__device__ __forceinline__ void mega_trace_stage_wait(mega_shared *sh, uint64_t *bar, int phase)
+{
+    unsigned long long t = threadIdx.x == 0 ? (unsigned long long)global_ns() : 0ull;
+    mbar_wait(bar, phase);
+    if (threadIdx.x == 0) sh->trace_stall += (unsigned long long)global_ns() - t;
 }
 
 __device__ __forceinline__ void mega_trace_mark(mega_shared *sh)
@@ -194,7 +203,7 @@ __device__ __forceinline__ void mega_trace_close(mega_shared *sh)
     if (sh->trace_kind >= 0 && g_mega_trace) {
         unsigned int k = atomicAdd(&g_mega_trace_n, 1u);
         if (k < g_mega_trace_cap)
-            g_mega_trace[k] = {blockIdx.x, (uint32_t)sh->trace_kind, sh->trace_t0, sh->trace_tw,
+            g_mega_trace[k] = {blockIdx.x, (uint32_t)sh->trace_kind, sh->trace_t0, sh->trace_tw, sh->trace_stall,
                                (unsigned long long)global_ns()};
     }
     sh->trace_kind = -1;
@@ -202,10 +211,12 @@ __device__ __forceinline__ void mega_trace_close(mega_shared *sh)
 #define MEGA_TRACE_OPEN(sh, kind) mega_trace_open(sh, kind)
 #define MEGA_TRACE_MARK(sh) mega_trace_mark(sh)
 #define MEGA_TRACE_CLOSE(sh) mega_trace_close(sh)
+#define MEGA_STAGE_WAIT(sh, bar, phase) mega_trace_stage_wait(sh, bar, phase)
 #else
 #define MEGA_TRACE_OPEN(sh, kind) ((void)0)
 #define MEGA_TRACE_MARK(sh) ((void)0)
 #define MEGA_TRACE_CLOSE(sh) ((void)0)
+#define MEGA_STAGE_WAIT(sh, bar, phase) mbar_wait(bar, phase)
 #endif
 
 /* Whole block: thread 0 waits, everyone learns the outcome. */
@@ -422,7 +433,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
         const uint32_t xs = smem_u32(x);
         if (st.bulk) {
-            mbar_wait(&sh->stage_full[s], phase);
+            MEGA_STAGE_WAIT(sh, &sh->stage_full[s], phase);
         } else {
             copy_x_rows(a, sh, x, first, j0, min(per_stage, count - j0));
             __syncthreads();
@@ -538,7 +549,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
     __syncthreads(); /* the barriers exist before anyone waits */
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
         const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
-        mbar_wait(&sh->stage_full[s], phase);
+        MEGA_STAGE_WAIT(sh, &sh->stage_full[s], phase);
         for (int i = threadIdx.x; i < total; i += blockDim.x) {
             const int jj = i / chunks, j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j);
             const int64_t t = first + j - sh->token_prefix[r];

@@ -122,14 +122,15 @@ const char *moe_ep_mega_unsupported(const moe_ep_split_dims_t *d);
 #ifdef MOE_EP_MEGA_TRACE
 /* The item timeline (builds with -DMOE_EP_MEGA_TRACE=ON only, for the
  * bench): one record per work item a block ran, globaltimer ns at its start,
- * at the end of its wait for its inputs (GEMM items; else = t0) and at its end. */
+ * at the end of its wait for its inputs (GEMM and combine items; else = t0)
+ * and at its end. */
 enum {
     MOE_EP_MEGA_ITEM_SEND, MOE_EP_MEGA_ITEM_COUNT, MOE_EP_MEGA_ITEM_DISPATCH, MOE_EP_MEGA_ITEM_GEMM1,
     MOE_EP_MEGA_ITEM_GEMM2, MOE_EP_MEGA_ITEM_ROWS, MOE_EP_MEGA_ITEM_COMBINE, MOE_EP_MEGA_ITEM_KINDS
 };
 typedef struct {
     uint32_t block, kind;
-    unsigned long long t0, tw, t1;
+    unsigned long long t0, tw, stall, t1; /* stall: ns the staged items waited for their rows' bulk copies */
 } moe_ep_mega_trace_rec_t;
 /* Records the items of the forwards enqueued from now on (up to cap records; allocates once). */
 moe_ep_status_t moe_ep_mega_trace_start(uint32_t cap);
