@@ -20,6 +20,26 @@ struct tile_shape {
                                                         : FR_SMEM_BYTES(RS_FMT, BM);
 };
 
+/* Tile -> (m tile mt, first column n0) within expert e. TILE_ORDER_N_MAJOR:
+ * an expert's tiles column block by column block (its m tiles side by side),
+ * so that the blocks running at once read fewer distinct weight tiles (bf16:
+ * its tile is bound by L2 throughput, Nsight Compute at pro T = 8192: L2 98 %,
+ * hit rate 48 %); else m tile by m tile. The same tiles either way. */
+#ifndef MOE_EP_TILE_ORDER_N_MAJOR
+#define MOE_EP_TILE_ORDER_N_MAJOR 1
+#endif
+template <int KIND>
+__device__ __forceinline__ void tile_of(const gemm_args &g, int tile, int n_tiles, int e, int &mt, int &n0)
+{
+    const int first = g.tile_offset[e], li = tile - first * n_tiles;
+    if (MOE_EP_TILE_ORDER_N_MAJOR && KIND == TILE_BF16) {
+        const int m_e = g.tile_offset[e + 1] - first;
+        mt = first + li % m_e, n0 = (li / m_e) * tile_shape<KIND>::BN;
+    } else {
+        mt = first + li / n_tiles, n0 = (li % n_tiles) * tile_shape<KIND>::BN;
+    }
+}
+
 template <int KIND>
 __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g, const __grid_constant__ CUtensorMap ta,
                                                                      const __grid_constant__ CUtensorMap tb)
@@ -31,8 +51,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
     const int n_tiles = g.N / S::BN;
     for (int tile = blockIdx.x; tile < g.tile_offset[g.E] * n_tiles;) { /* persistent: one CTA per SM */
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
-        int mt = tile / n_tiles, n0 = (tile % n_tiles) * S::BN;
-        int e = tile_expert(g.tile_offset, g.E, mt);
+        int mt, n0, e = tile_expert(g.tile_offset, g.E, tile / n_tiles); /* an expert's tiles are contiguous */
+        tile_of<KIND>(g, tile, n_tiles, e, mt, n0);
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * S::BM;
         int rows_valid = (int)min((int64_t)S::BM, (int64_t)g.expert_offset[e + 1] - row0);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, e, row0, rows_valid, n0);
