@@ -33,4 +33,7 @@ for i in $(seq 1 "$rounds"); do
       echo "bench $v round $i failed"
   done
 done
-python3 scripts/bench_compare.py "$out"/r*_A.md -- "$out"/r*_B.md
+shopt -s nullglob
+a_files=("$out"/r*_A.md) b_files=("$out"/r*_B.md)
+if [ ${#a_files[@]} -eq 0 ] || [ ${#b_files[@]} -eq 0 ]; then echo "no bench tables to compare"; exit 1; fi
+python3 scripts/bench_compare.py "${a_files[@]}" -- "${b_files[@]}"

@@ -7,6 +7,7 @@ each averaged), per geometry, T and timed column (stage, fwd).
 Prints a markdown table: mean A, mean B, B / A, and the spread of the
 repeats (largest / smallest - 1 over A's and B's files), so that a change
 smaller than the spread reads as noise."""
+import os
 import re
 import sys
 
@@ -32,6 +33,9 @@ def main(argv):
     if '--' not in argv:
         sys.exit(__doc__)
     cut = argv.index('--')
+    missing = [p for p in argv if p != '--' and not os.path.isfile(p)]
+    if missing:
+        sys.exit('bench_compare: no such file: ' + ', '.join(missing))
     a_runs, b_runs = [parse(p) for p in argv[:cut]], [parse(p) for p in argv[cut + 1:]]
     if not a_runs or not b_runs:
         sys.exit(__doc__)
