@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Compare `moe_ep bench --out` tables: A files against B files (repeats of
-each averaged), per geometry, T and timed column (stage, fwd).
+"""Compare `moe_ep bench --out` tables: A files against B files (and C, D ...
+files; repeats of each averaged), per geometry, T and timed column (stage, fwd).
 
-  scripts/bench_compare.py A1.md [A2.md ...] -- B1.md [B2.md ...]
+  scripts/bench_compare.py A1.md [A2.md ...] -- B1.md [B2.md ...] [-- C1.md ...]
 
-Prints a markdown table: mean A, mean B, B / A, and the spread of the
-repeats (largest / smallest - 1 over A's and B's files), so that a change
-smaller than the spread reads as noise."""
+Prints a markdown table: mean A, then mean B and B / A (and so on for each
+variant against the base A), and the spread of the repeats (largest /
+smallest - 1, the worst over all variants' files), so that a change smaller
+than the spread reads as noise."""
 import os
 import re
 import sys
@@ -29,25 +30,39 @@ def parse(path):
     return cells
 
 
+def split_groups(argv):
+    """File lists between the `--` separators."""
+    groups, current = [], []
+    for arg in argv:
+        if arg == '--':
+            groups.append(current)
+            current = []
+        else:
+            current.append(arg)
+    groups.append(current)
+    return groups
+
+
 def main(argv):
     if '--' not in argv:
         sys.exit(__doc__)
-    cut = argv.index('--')
     missing = [p for p in argv if p != '--' and not os.path.isfile(p)]
     if missing:
         sys.exit('bench_compare: no such file: ' + ', '.join(missing))
-    a_runs, b_runs = [parse(p) for p in argv[:cut]], [parse(p) for p in argv[cut + 1:]]
-    if not a_runs or not b_runs:
+    groups = [[parse(p) for p in files] for files in split_groups(argv)]
+    if any(not runs for runs in groups):
         sys.exit(__doc__)
-    keys = set.intersection(*(set(r) for r in a_runs + b_runs))
-    print('| column | geometry | T | A (us) | B (us) | B / A | spread |')
-    print('|---|---|---:|---:|---:|---:|---:|')
+    names = [chr(ord('A') + i) for i in range(len(groups))]
+    keys = set.intersection(*(set(r) for runs in groups for r in runs))
+    head = ' | '.join(f'{n} (us) | {n} / A' for n in names[1:])
+    print(f'| column | geometry | T | A (us) | {head} | spread |')
+    print('|---|---|---:|---:|' + '---:|---:|' * (len(names) - 1) + '---:|')
     for key in sorted(keys, key=lambda k: (k[2], k[0], k[1])):
-        a = [r[key] for r in a_runs]
-        b = [r[key] for r in b_runs]
-        ma, mb = sum(a) / len(a), sum(b) / len(b)
-        spread = max(max(a) / min(a), max(b) / min(b)) - 1
-        print(f'| {key[2]} | {key[0]} | {key[1]} | {ma:.1f} | {mb:.1f} | {mb / ma:.3f} | {100 * spread:.1f} % |')
+        values = [[r[key] for r in runs] for runs in groups]
+        means = [sum(v) / len(v) for v in values]
+        spread = max(max(v) / min(v) for v in values) - 1
+        cells = ' | '.join(f'{m:.1f} | {m / means[0]:.3f}' for m in means[1:])
+        print(f'| {key[2]} | {key[0]} | {key[1]} | {means[0]:.1f} | {cells} | {100 * spread:.1f} % |')
 
 
 if __name__ == '__main__':
