@@ -478,8 +478,14 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     {
         const mega_ctx c = ctx_of(a, sh);
         int n = FIRST ? c.n1 : c.n2;
-        mt = i / n, n0 = (i % n) * MEGA_BN;
-        e = tile_expert(c.tile_off, a.d.E, mt);
+        e = tile_expert(c.tile_off, a.d.E, i / n); /* an expert's items are contiguous */
+        const int first = c.tile_off[e], li = i - first * n;
+        if constexpr (MODE == MODE_WGMMA) { /* column block by column block: split's bf16 order (wgmma_gemm.cu) */
+            const int m_e = c.tile_off[e + 1] - first;
+            mt = first + li % m_e, n0 = (li / m_e) * MEGA_BN;
+        } else {
+            mt = first + li / n, n0 = (li % n) * MEGA_BN;
+        }
         row0 = c.off[e] + (int64_t)(mt - c.tile_off[e]) * BM;
         rows_valid = (int)min((int64_t)BM, (int64_t)c.off[e + 1] - row0);
         bool ok = FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
