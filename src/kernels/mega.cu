@@ -528,7 +528,10 @@ __device__ void stage_y_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, uin
 }
 
 /* The group's tokens [first, first + count) summed from their rows staged
- * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk). */
+ * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk).
+ * WIRE at compile time: the decode's per-slot branches fold (the combine is
+ * bound by its instructions at 12 warps per SM, not by its loads). */
+template <int WIRE>
 __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int first,
                                int count)
 {
@@ -554,7 +557,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
             const int jj = i / chunks, j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j);
             const int64_t t = first + j - sh->token_prefix[r];
             const uint8_t *tok = smem + (size_t)s * stage_bytes + (size_t)jj * st.token_bytes;
-            combine_chunk_staged(d.wire, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
+            combine_chunk_staged((moe_ep_wire_t)WIRE, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
                                  a.io.weights[r] + t * d.K, a.io.out[r] + t * d.H, (i % chunks) * 8);
         }
         __syncthreads(); /* stage s read by every thread */
@@ -584,7 +587,9 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &s
     if (!__syncthreads_and(ok)) return false;
     MEGA_TRACE_MARK(sh);
     if (st.stages) {
-        combine_staged(a, st, sh, first, count);
+        if (d.wire == MOE_EP_WIRE_BF16) combine_staged<MOE_EP_WIRE_BF16>(a, st, sh, first, count);
+        else if (d.wire == MOE_EP_WIRE_MXFP8) combine_staged<MOE_EP_WIRE_MXFP8>(a, st, sh, first, count);
+        else combine_staged<MOE_EP_WIRE_FP4>(a, st, sh, first, count);
         return true;
     }
     /* the group's (token, chunk) pairs spread over the block */
