@@ -478,8 +478,14 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     {
         const mega_ctx c = ctx_of(a, sh);
         int n = FIRST ? c.n1 : c.n2;
-        mt = i / n, n0 = (i % n) * MEGA_BN;
-        e = tile_expert(c.tile_off, a.d.E, mt);
+        e = tile_expert(c.tile_off, a.d.E, i / n); /* an expert's items are contiguous */
+        const int first = c.tile_off[e], li = i - first * n;
+        if constexpr (MODE == MODE_WGMMA) { /* column block by column block: split's bf16 order (wgmma_gemm.cu) */
+            const int m_e = c.tile_off[e + 1] - first;
+            mt = first + li % m_e, n0 = (li / m_e) * MEGA_BN;
+        } else {
+            mt = first + li / n, n0 = (li % n) * MEGA_BN;
+        }
         row0 = c.off[e] + (int64_t)(mt - c.tile_off[e]) * BM;
         rows_valid = (int)min((int64_t)BM, (int64_t)c.off[e + 1] - row0);
         bool ok = FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
@@ -528,7 +534,10 @@ __device__ void stage_y_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, uin
 }
 
 /* The group's tokens [first, first + count) summed from their rows staged
- * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk). */
+ * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk).
+ * WIRE at compile time: the decode's per-slot branches fold (the combine is
+ * bound by its instructions at 12 warps per SM, not by its loads). */
+template <int WIRE>
 __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int first,
                                int count)
 {
@@ -554,7 +563,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
             const int jj = i / chunks, j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j);
             const int64_t t = first + j - sh->token_prefix[r];
             const uint8_t *tok = smem + (size_t)s * stage_bytes + (size_t)jj * st.token_bytes;
-            combine_chunk_staged(d.wire, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
+            combine_chunk_staged((moe_ep_wire_t)WIRE, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
                                  a.io.weights[r] + t * d.K, a.io.out[r] + t * d.H, (i % chunks) * 8);
         }
         __syncthreads(); /* stage s read by every thread */
@@ -584,7 +593,9 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &s
     if (!__syncthreads_and(ok)) return false;
     MEGA_TRACE_MARK(sh);
     if (st.stages) {
-        combine_staged(a, st, sh, first, count);
+        if (d.wire == MOE_EP_WIRE_BF16) combine_staged<MOE_EP_WIRE_BF16>(a, st, sh, first, count);
+        else if (d.wire == MOE_EP_WIRE_MXFP8) combine_staged<MOE_EP_WIRE_MXFP8>(a, st, sh, first, count);
+        else combine_staged<MOE_EP_WIRE_FP4>(a, st, sh, first, count);
         return true;
     }
     /* the group's (token, chunk) pairs spread over the block */
