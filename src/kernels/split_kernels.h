@@ -72,6 +72,14 @@ static inline int moe_ep_rs_tile_on(moe_ep_path_t path, int H, int I, int fp8_fa
     return moe_ep_rs_tile_fits(path, H, I) && !moe_ep_qgmma_on(path, H, I, fp8_fast_accum);
 }
 
+/* MX layers on the register tile keep their weights' k32 multipliers made
+ * at load (mx_mult.cuh): 20 bytes per weight row and 128 K. */
+static inline int moe_ep_mx_records_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+{
+    return (path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8) && moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
+}
+#define MOE_EP_MX_RECORD_BYTES(rows, K) ((rows) / 256 * ((K) / 128) * 5 * 256 * 4)
+
 /* Layers whose GEMMs run one tile kind at every T, so that a row's
  * bits never depend on the batch: the QGMMA tile (its bits differ from the
  * FP8 mma.sync's); FP8-BLOCK's register tile, whose bits equal the FP8
@@ -123,6 +131,8 @@ typedef struct moe_ep_split_dims {
 typedef struct moe_ep_split_bufs {
     uint8_t *w13, *w13_scales, *w2, *w2_scales;
     float *w13_gs, *w2_gs;
+    uint32_t *w13_mult, *w2_mult; /* MX layers on the register tile (moe_ep_mx_records_on): the weights'
+                                     multiplier records, [E][N / 256][K / 128][5 x 256] words (mx_mult.cuh) */
     int32_t *tokens;          /* [R] T of each rank for this forward */
     int32_t *expert_count;    /* [E] */
     int32_t *expert_offset;   /* [E+1] */

@@ -68,6 +68,7 @@
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
+#include "kernels/sm90/mx_mult.cuh"
 #include "kernels/sm90/qgmma_tile.cuh" /* gemm_common, hopper, tma_map, wg_consumer_barrier */
 
 #include <cuda_fp16.h>
@@ -159,14 +160,16 @@ struct fr_smem {
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
-    static constexpr int RINGS = CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
+    static constexpr int MREC = FR_MX(FMT) ? FR_MREC_WORDS : 4; /* words of a stage's weight multipliers */
+    uint32_t wrec[RAW][MREC];      /* MXFP8, W4A8: the weights' record of the stage (mx_mult.cuh: their
+                                      k32 multipliers [4][FR_BN] and 2^ref_w [FR_BN]), by bulk copy */
+    static constexpr int RINGS = CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                          rows); MXFP8: [cs][0] = 2^ref_x per activation row */
-    float sw[CVT][FR_BN];          /* MXFP8: 2^ref_w per weight row */
-    uint32_t wm[CVT][FR_MULT_BLOCKS(FMT)][FR_BN]; /* MXFP8: 2^-(ref_w - b) per k32 block and weight row, as f16x2;
-                                         NVFP4: as uint16_t [8][FR_BN], the E4M3 scale per k16 block */
+    uint32_t wm[FR_NV(FMT) ? CVT : 1][FR_NV(FMT) ? 4 : 1][FR_BN]; /* NVFP4: as uint16_t [8][FR_BN], the
+                                         E4M3 scale per k16 block (MX: in wrec) */
     uint32_t am[CVT][FR_MULT_BLOCKS(FMT)][BMA]; /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
                                          NVFP4: as uint16_t [8][BMA], the E4M3 scale per k16 block as f16 */
     uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[CVT], cvt_empty[CVT];
@@ -252,29 +255,6 @@ __device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
 /* One E2M1 pair (byte) as f16x2 bits of value x 2^-14 each (codec.h). */
 __device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b) { return moe_ep_e2m1x2_f16_bits(b); }
 
-/* MXFP8: the 128-block's reference byte (the largest of the four UE8M0 bytes
- * in w) and the multiplier 2^-(ref - b) of byte b as f16x2 (0 below 2^-24). */
-__device__ __forceinline__ uint32_t fr_mx_ref(uint32_t w)
-{
-    return max(max(w & 0xFF, (w >> 8) & 0xFF), max((w >> 16) & 0xFF, w >> 24));
-}
-
-/* 2^e (e <= 15) as f16x2: through fp32 (exact) and one rounding to fp16,
- * which keeps the subnormals down to 2^-24 and gives 0 below (2^-25 ties to
- * even); 4 instructions where the fp16 bits took 8 with selects. */
-__device__ __forceinline__ uint32_t fr_pow2_f16x2(int e)
-{
-    float f = __int_as_float(max(e + 127, 0) << 23);
-    uint32_t h;
-    asm("cvt.rn.f16x2.f32 %0, %1, %1;\n" : "=r"(h) : "f"(f));
-    return h;
-}
-
-__device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b) { return fr_pow2_f16x2((int)b - (int)ref); }
-
-/* W4A8's weights: 2^(14 - (ref - b)), undoing fr_e2m1x2's 2^-14 as well. */
-__device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b) { return fr_pow2_f16x2(14 + (int)b - (int)ref); }
-
 /* Stores 16 bytes of fp16 as chunk j of a 128-byte row r in the 128-byte swizzle. */
 __device__ __forceinline__ void fr_store_chunk(__half *out, int r, int j, uint4 v)
 {
@@ -346,12 +326,12 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
 }
 
 /* Producer thread t's scale words of stage cv, loaded a stage ahead (from
- * L2; the rows come by TMA): MXFP8 the UE8M0 words of activation row t
- * (0 past the valid rows: their scale rows may lie past the buffer) and of
- * weight rows t, t + 128; FP8-BLOCK row t's s_x * s_w for consumers 0, 1
+ * L2; the rows come by TMA): MXFP8 the UE8M0 word of activation row t
+ * (0 past the valid rows: their scale rows may lie past the buffer; the
+ * weights' multipliers come by bulk copy, fr_produce); FP8-BLOCK row t's s_x * s_w for consumers 0, 1
  * (fp32 per 128 x 128; 0 past the valid rows). */
 struct fr_stage_scales {
-    uint32_t wa, ww[2];
+    uint32_t wa;
     float sx, sw[2]; /* FP8-BLOCK: s_x of activation row t, s_w of the tile's two 128-row weight blocks */
     uint2 na, nw[2]; /* NVFP4: the 8 E4M3 scales of activation row t, weight rows t, t + 128 */
 };
@@ -369,8 +349,6 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
         for (int i = 0; i < 2; i++) r.nw[i] = __ldcg((const uint2 *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
     } else if constexpr (FR_MX(FMT)) {
         if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
-#pragma unroll
-        for (int i = 0; i < 2; i++) r.ww[i] = __ldcg((const uint32_t *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
     } else if (t < rows_valid) {
         /* loaded only: multiplied when staged, a stage later (a product here would wait for the loads) */
         r.sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
@@ -382,7 +360,7 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 
 /* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
- * rows), 2^ref_w and the multipliers of weight rows t, t + 128. */
+ * rows). */
 /* NVFP4: eight E4M3 scale bytes -> eight f16 times 2^7 (exact: FR_F16_2P7)
  * into a uint16_t table, stride apart. */
 __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2 v)
@@ -412,18 +390,6 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
 #pragma unroll
             for (int j = 0; j < 4; j++) s.am[cs][j][t] = t < rows_valid ? fr_mx_mult(ref, (w.wa >> (8 * j)) & 0xFF) : 0u;
         }
-#ifndef FR_LAB_SKIP_WSCALES /* the kernel lab: the pipeline without staging the weights' multipliers */
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            uint32_t rw = fr_mx_ref(w.ww[i]);
-            int n = t + 128 * i;
-            s.sw[cs][n] = moe_ep_ue8m0_to_f32((uint8_t)rw);
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                s.wm[cs][j][n] = FR_E2M1(FMT) ? fr_mx_mult_e2m1(rw, (w.ww[i] >> (8 * j)) & 0xFF)
-                                              : fr_mx_mult(rw, (w.ww[i] >> (8 * j)) & 0xFF);
-        }
-#endif
     } else if (t < BMA) {
         s.sxw[cs][0][t] = w.sx * w.sw[0], s.sxw[cs][1][t] = w.sx * w.sw[1];
     }
@@ -483,17 +449,21 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             FR_TRACE(10);
             mbar_wait(&s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
             FR_TRACE(11);
-            mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT));
+            mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + (FR_MX(FMT) ? FR_MREC_WORDS * 4 : 0));
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
+            if constexpr (FR_MX(FMT)) /* the weights' multipliers of the stage (mx_mult.cuh) */
+                bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_MREC_WORDS, FR_MREC_WORDS * 4,
+                          &s.raw_full[st]);
         }
     }
 }
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
- * stage 0, its scale products (MXFP8: 2^ref_x) in stage 0, MXFP8: its row
- * g's k32 multipliers and 2^ref_w in stage 0; the stages follow at fixed strides. */
+ * stage 0, its scale products (MXFP8: 2^ref_x) in stage 0, its row g's k32
+ * multipliers (MX: and 2^ref_w) in stage 0 (MX: raw stage 0's record; NVFP4:
+ * fp16 stage 0's table); the stages follow at fixed strides. */
 struct fr_addr {
     uint32_t frag, act, sxw, wm, sw;
     int sw_key, q; /* the fragment rows' swizzle key (fr_fragment) and the lane's pair q */
@@ -502,8 +472,9 @@ struct fr_addr {
 #define FR_RB_STAGE(FMT) (FR_BN * FR_WROW(FMT)) /* bytes between raw weight stages */
 #define FR_A_STAGE(BMA) (2 * (BMA) * 64 * 2) /* bytes between fp16 activation stages */
 #define FR_SXW_STAGE(BMA) (2 * (BMA) * 4)    /* bytes between scale-product stages */
-#define FR_WM_STAGE (4 * FR_BN * 4)     /* MXFP8: bytes between multiplier stages (k32 blocks FR_BN * 4 apart) */
-#define FR_SW_STAGE (FR_BN * 4)         /* MXFP8: bytes between 2^ref_w stages */
+#define FR_WM_STAGE (4 * FR_BN * 4)     /* NVFP4: bytes between multiplier stages (k16 blocks FR_BN * 2 apart) */
+#define FR_WREC_STAGE (FR_MREC_WORDS * 4) /* MX: bytes between the raw stages' weight records (k32 blocks FR_BN * 4
+                                             apart, 2^ref_w FR_BN * 16 on) */
 
 template <int FMT, int BMA>
 __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h, int g, int q)
@@ -512,8 +483,8 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
     a.act = smem_u32(s.a[0][0]);
     a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
-    a.wm = smem_u32(&s.wm[0][0][0]) + (128 * h + g) * (FR_NV(FMT) ? 2 : 4);
-    a.sw = smem_u32(&s.sw[0][128 * h + g]);
+    a.wm = FR_MX(FMT) ? smem_u32(&s.wrec[0][0]) + (128 * h + g) * 4 : smem_u32(&s.wm[0][0][0]) + (128 * h + g) * 2;
+    a.sw = a.wm + 4 * FR_BN * 4;
     a.sw_key = FR_E2M1(FMT) ? (g >> 1) & 3 : g & 7, a.q = q;
     return a;
 }
@@ -623,7 +594,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         if ((!FR_E2M1(FMT) || kk % 2 == 0) && wi + AHEAD < WORDS) /* at word wi's first use: the word AHEAD on */
             fr_load_word<FMT>(x[wi + AHEAD], y[wi + AHEAD], ad, rs, B, wi + AHEAD);
         if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers */
-            uint32_t wm = ad.wm + cs * FR_WM_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
+            uint32_t wm = ad.wm + rs * FR_WREC_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
             r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
         }
         fr_step_bytes<FMT>(r, x[wi], y[wi], kk);
@@ -769,9 +740,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
                 fr_stage_nv<BMA>(acc, ad, rs, cs);
             } else {
                 fr_block<FMT, BMA, 0>(part, ad, rs, cs);
-                fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE);
+                fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE);
                 fr_block<FMT, BMA, 1>(part, ad, rs, cs);
-                fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + cs * FR_SW_STAGE + 256);
+                fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE + 256);
             }
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
