@@ -21,8 +21,8 @@ struct gemm_args {
     const uint32_t *error;
     int a_scale_stride;            /* bytes per row of a_scales (moe_ep_act_scale_stride) */
     int64_t out_scale_stride;      /* bytes per row of out_scales */
-    const uint32_t *b_mult;        /* MX weights on the register tile: their multiplier records
-                                      (mx_mult.cuh), else NULL */
+    const uint32_t *b_mult;        /* MX and NVFP4 weights on the register tile: their multiplier
+                                      records (rs_mults.cuh), else NULL */
 };
 
 /* GEMM1 (xq . W13^T, SwiGLU, requant -> aq) and GEMM2 (aq . W2^T -> y, wire)
