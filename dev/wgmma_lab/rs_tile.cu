@@ -146,6 +146,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     memset(&g, 0, sizeof g);
     g.a_fmt = c.a_fmt, g.b_fmt = c.b_fmt, g.out_fmt = c.out_fmt;
     g.K = K, g.N = N, g.N_out = N_out, g.E = E, g.swiglu_limit = 10.0f, g.a_gs = 1.0f, g.out_gs = 1.0f;
+    g.wait_ns = MOE_EP_TILE_WAIT_MAX_NS; /* the tiles' pipeline waits (tile_wait) */
     g.a_scale_stride = (int)moe_ep_act_scale_stride(c.a_fmt, K);
     g.out_scale_stride = moe_ep_act_scale_stride(c.out_fmt, N_out);
     int64_t a_bytes = moe_ep_row_data_bytes(c.a_fmt, K) * rows, b_bytes = moe_ep_row_data_bytes(c.b_fmt, K) * E * (int64_t)N;

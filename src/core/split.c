@@ -115,6 +115,7 @@ static void fill_dims(moe_ep_layer_t l, moe_ep_split_dims_t *d)
     d->H = c->hidden, d->I = c->intermediate, d->T_max = c->max_tokens_per_rank;
     d->first_expert = l->first_expert, d->num_experts_global = c->num_experts;
     d->path = c->path, d->wire = c->wire, d->swiglu_limit = c->swiglu_limit, d->fp8_fast_accum = c->fp8_fast_accum;
+    d->tile_wait_ns = moe_ep_tile_wait_ns(c->timeout_seconds);
     d->fc1_scale = c->fc1_input_scale > 0 ? c->fc1_input_scale : 1.0f;
     d->fc2_scale = c->fc2_input_scale > 0 ? c->fc2_input_scale : 1.0f;
     int sms = 0;

@@ -115,6 +115,16 @@ static inline int moe_ep_single_tile_allows(moe_ep_path_t path, int H, int I, in
 #define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
 #define MOE_EP_DEVERR_BAD_TOKENS 2u  /* detail: the rank */
 #define MOE_EP_DEVERR_TIMEOUT 3u     /* detail: which wait */
+#define MOE_EP_WAIT_TILE 0x900001u   /* a GEMM tile's pipeline (mbarrier) wait: a bug (hopper.cuh) */
+/* The bound of a GEMM tile's pipeline wait in ns: timeout_seconds, at most
+ * 4 s (hopper.cuh times it on the 32-bit globaltimer; a stage takes
+ * microseconds, so this bound is only ever met by a bug). */
+#define MOE_EP_TILE_WAIT_MAX_NS 4000000000u
+static inline uint32_t moe_ep_tile_wait_ns(double timeout_seconds)
+{
+    double ns = timeout_seconds * 1e9;
+    return ns > (double)MOE_EP_TILE_WAIT_MAX_NS ? MOE_EP_TILE_WAIT_MAX_NS : (uint32_t)ns;
+}
 
 typedef struct moe_ep_split_dims {
     int R, E, K, H, I, T_max; /* local ranks, experts on this GPU, top-k, dims */
@@ -128,6 +138,7 @@ typedef struct moe_ep_split_dims {
     int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the QGMMA tile */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
                                  occupancy; 0 = as many as fit (occupancy calculator) */
+    uint32_t tile_wait_ns;    /* bound of the GEMM tiles' pipeline waits (moe_ep_tile_wait_ns) */
 } moe_ep_split_dims_t;
 
 typedef struct moe_ep_split_bufs {

@@ -151,7 +151,7 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 /* Shared memory a block may have (sm_90: 227 KB), less what the tile leaves to
  * a persistent kernel around it (mega: its counters and tables, 4 KB + 8 B per expert). */
 #ifndef FR_SMEM_LIMIT
-#define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024)
+#define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
 template <int FMT, int BMA>
@@ -407,8 +407,8 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
             FR_TRACE(8);
-            mbar_wait(&s.raw_full[rs], (cv / RAW) & 1);
-            mbar_wait(&s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
+            tile_wait(g, &s.raw_full[rs], (cv / RAW) & 1);
+            tile_wait(g, &s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
             FR_TRACE(9);
             fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
@@ -422,7 +422,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
         if (t == 0 && kt < n_k) { /* raw stage kt, RAW - 1 ahead of the one widened */
             int st = kt % RAW;
             FR_TRACE(10);
-            mbar_wait(&s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
+            tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
             FR_TRACE(11);
             mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
@@ -681,6 +681,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     smem_t &s = *(smem_t *)fr_align_1024<FMT == RS_FP8_BLOCK && !EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
+        tile_wait_arm(g.error);
         for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
         for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -705,8 +706,8 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
             int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
             FR_TRACE(5);
-            mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
-            mbar_wait(&s.cvt_full[cs], (kt / smem_t::CVT) & 1);
+            tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
+            tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
             FR_TRACE(6);
             if (kt == 0) FR_TRACE(1);
             if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
@@ -744,6 +745,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {
+        tile_wait_report(g.error);
         for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
         for (int i = 0; i < smem_t::CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
     }
