@@ -360,7 +360,6 @@ __device__ __forceinline__ int pinned_int(int v)
 /* Thread 0: the stage barriers of a staged item (invalidated by stage_end). */
 __device__ __forceinline__ void stage_begin(const moe_ep_mega_args_t &a, mega_shared *sh, const mega_staging &st)
 {
-    tile_wait_arm(a.b.error);
     for (int i = 0; i < st.stages; i++) mbar_init(&sh->stage_full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks (or GPUs) wrote, read by the copies */
@@ -875,6 +874,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
     if constexpr (!MODE_TMA(MODE)) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
+        tile_wait_arm();
         sh->n_tok = -1, sh->tiles = -1;
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;

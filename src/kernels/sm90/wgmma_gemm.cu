@@ -148,6 +148,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ int next_tile; /* the loop's index kept here, not in a register across the tile */
     if (moe_ep_dev_failed(g.error)) return;
+    if (threadIdx.x == 0) tile_wait_arm(); /* ordered by the first tile's barrier */
     if constexpr (KIND == TILE_BF16) {
         if (g.out_fmt == MOE_EP_FORMAT_BF16) { /* the outputs stored from registers: one pipeline over the tiles */
             if (g.N != g.N_out) wg_persistent<true>(g, &ta, &tb, smem_raw);

@@ -46,11 +46,10 @@ __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1
 
 /* The ring's mbarriers, by thread 0 (then the caller synchronises): full[i]
  * completes on the producer's arrival plus the TMA bytes, empty[i] on the 256
- * consumer threads' arrivals; the bounded waits armed (hopper.cuh). */
+ * consumer threads' arrivals (the bounded waits are armed once per kernel). */
 template <int NS>
 __device__ __forceinline__ void wg_ring_init(const gemm_args &g, uint64_t *full, uint64_t *empty)
 {
-    tile_wait_arm(g.error);
     for (int i = 0; i < NS; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 256);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
