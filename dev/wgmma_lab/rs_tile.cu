@@ -16,7 +16,7 @@
  * LAB_WEIGHT_EXPERTS=n (environment): the tiles read only n experts'
  * weights (n = 2 fits L2). Timing-only switches of fp8_rs_tile.cuh:
  * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_CMULT (FR_LAB_SKIP_WSCALES is gone: the
- * weights' multipliers are made at load since, as records, mx_mult.cuh).
+ * weights' multipliers are made at load since, as records, rs_mults.cuh).
  * Inputs are random (E4M3 / E2M1 bytes, scales as scale_word); outputs are not checked. */
 #include <stdint.h>
 
@@ -65,10 +65,10 @@ extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *fi
  * of them, or few enough for L2 (LAB_DECODE's L2-resident run). */
 __constant__ int g_weight_experts;
 
-/* The MX weights' multiplier records (as weights.cu's prep_mx_records). */
-__global__ void lab_mx_records(const uint8_t *scales, int64_t rows, int K, int e2m1, uint32_t *records)
+/* The weights' multiplier records (as weights.cu's prep_weight_records). */
+__global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, int e2m1, int nv, uint32_t *records)
 {
-    fr_mx_records_item(scales, rows, K, e2m1 != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    fr_weight_records_item(scales, rows, K, e2m1 != 0, nv != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 template <int FMT, int BMA>
@@ -146,6 +146,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     memset(&g, 0, sizeof g);
     g.a_fmt = c.a_fmt, g.b_fmt = c.b_fmt, g.out_fmt = c.out_fmt;
     g.K = K, g.N = N, g.N_out = N_out, g.E = E, g.swiglu_limit = 10.0f, g.a_gs = 1.0f, g.out_gs = 1.0f;
+    g.wait_ns = MOE_EP_TILE_WAIT_MAX_NS; /* the tiles' pipeline waits (tile_wait) */
     g.a_scale_stride = (int)moe_ep_act_scale_stride(c.a_fmt, K);
     g.out_scale_stride = moe_ep_act_scale_stride(c.out_fmt, N_out);
     int64_t a_bytes = moe_ep_row_data_bytes(c.a_fmt, K) * rows, b_bytes = moe_ep_row_data_bytes(c.b_fmt, K) * E * (int64_t)N;
@@ -159,11 +160,11 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     float *gs = (float *)dev_alloc(E * sizeof(float));
     fill_u32<<<1, 256>>>((uint32_t *)gs, E, 0x43000000u); /* NVFP4 S_w = 128 */
     g.a = a, g.a_scales = as, g.b = b, g.b_scales = bs, g.b_gs = gs;
-    if (FR_MX(FMT)) {
+    if (FR_MX(FMT) || FR_NV(FMT)) {
         int64_t b_rows = (int64_t)E * N;
-        g.b_mult = (const uint32_t *)dev_alloc(b_rows / 256 * (K / 128) * FR_MREC_WORDS * 4);
-        lab_mx_records<<<(unsigned)((b_rows * (K / 128) + 255) / 256), 256>>>(bs, b_rows, K, FMT == RS_W4A8,
-                                                                            (uint32_t *)g.b_mult);
+        g.b_mult = (const uint32_t *)dev_alloc(b_rows / 256 * (K / 128) * FR_WREC_STAGE(FMT));
+        lab_weight_records<<<(unsigned)((b_rows * (K / 128) + 255) / 256), 256>>>(bs, b_rows, K, FMT == RS_W4A8,
+                                                                                FR_NV(FMT), (uint32_t *)g.b_mult);
     }
     g.out = (uint8_t *)dev_alloc(moe_ep_row_data_bytes(c.out_fmt, N_out) * rows);
     g.out_scales = (uint8_t *)dev_alloc(g.out_scale_stride * rows + 16);

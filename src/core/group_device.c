@@ -98,6 +98,10 @@ moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group, moe_ep_status
         *status = MOE_EP_FAIL(MOE_EP_ERROR_TIMEOUT,
                               "mega kernel: a wait for %s %u timed out (timeout_seconds); a rank "
                               "did not take part or its tokens did not arrive", mega_wait_name(detail >> 20), detail & 0xFFFFFu);
+    else if (kind == MOE_EP_DEVERR_TIMEOUT && detail == MOE_EP_WAIT_TILE)
+        *status = MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL,
+                              "device: a GEMM tile's pipeline wait did not complete within timeout_seconds "
+                              "(a bug in moe_ep: a lost arrival or copy); this forward's outputs are wrong");
     else if (kind == MOE_EP_DEVERR_TIMEOUT)
         *status = MOE_EP_FAIL(MOE_EP_ERROR_TIMEOUT, "device: wait %u timed out", detail);
     else if (kind == MOE_EP_DEVERR_PEER)

@@ -72,9 +72,9 @@ static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks,
     b[p.n++] = (size_t)(rows * moe_ep_row_scale_bytes(yf, H)) + 16;
     b[p.n++] = (size_t)(3 * H * I * 2 + 3 * H * I / 32 + 64);                             /* staging */
     b[p.n++] = sizeof(float) * (size_t)((2 * I / 128) * (H / 128) + 128);                 /* scratch */
-    int mx = moe_ep_mx_records_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum);
-    b[p.n++] = (mx ? (size_t)(E * MOE_EP_MX_RECORD_BYTES(2 * I, H)) : 0) + 16;           /* w13_mult */
-    b[p.n++] = (mx ? (size_t)(E * MOE_EP_MX_RECORD_BYTES(H, I)) : 0) + 16;               /* w2_mult */
+    int rec = moe_ep_weight_records_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum);
+    b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, 2 * I, H)) : 0) + 16; /* w13_mult */
+    b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, H, I)) : 0) + 16;     /* w2_mult */
     return p;
 }
 
@@ -115,6 +115,7 @@ static void fill_dims(moe_ep_layer_t l, moe_ep_split_dims_t *d)
     d->H = c->hidden, d->I = c->intermediate, d->T_max = c->max_tokens_per_rank;
     d->first_expert = l->first_expert, d->num_experts_global = c->num_experts;
     d->path = c->path, d->wire = c->wire, d->swiglu_limit = c->swiglu_limit, d->fp8_fast_accum = c->fp8_fast_accum;
+    d->tile_wait_ns = moe_ep_tile_wait_ns(c->timeout_seconds);
     d->fc1_scale = c->fc1_input_scale > 0 ? c->fc1_input_scale : 1.0f;
     d->fc2_scale = c->fc2_input_scale > 0 ? c->fc2_input_scale : 1.0f;
     int sms = 0;
@@ -145,8 +146,8 @@ moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
     b->xq = a[12], b->xq_scales = a[13], b->aq = a[14], b->aq_scales = a[15];
     b->y = a[16], b->y_scales = a[17];
     s->staging = a[18], s->staging_bytes = p.bytes[18], s->scratch = a[19];
-    int mx = moe_ep_mx_records_on(l->cfg.path, l->cfg.hidden, l->cfg.intermediate, l->cfg.fp8_fast_accum);
-    b->w13_mult = mx ? a[20] : NULL, b->w2_mult = mx ? a[21] : NULL;
+    int rec = moe_ep_weight_records_on(l->cfg.path, l->cfg.hidden, l->cfg.intermediate, l->cfg.fp8_fast_accum);
+    b->w13_mult = rec ? a[20] : NULL, b->w2_mult = rec ? a[21] : NULL;
     b->error = l->group->error_dev, b->error_mapped = l->group->error_mapped_dev;
     if (l->group->comm && l->cfg.backend == MOE_EP_BACKEND_SPLIT) /* mega: its own links (mega.c) */
         return moe_ep_xchg_create(l->group, &l->cfg, &s->xchg);

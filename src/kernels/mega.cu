@@ -185,10 +185,11 @@ __device__ __forceinline__ void mega_trace_open(mega_shared *sh, int kind)
 }
 
 /* Thread 0: a staged item's wait for stage `stage` (its time adds to the item's stall). */
-__device__ __forceinline__ void mega_trace_stage_wait(mega_shared *sh, uint64_t *bar, int phase)
+__device__ __forceinline__ void mega_trace_stage_wait(const moe_ep_mega_args_t &a, mega_shared *sh, uint64_t *bar,
+                                                      int phase)
 {
     unsigned long long t = threadIdx.x == 0 ? (unsigned long long)global_ns() : 0ull;
-    mbar_wait(bar, phase);
+    mbar_wait_bounded(bar, phase, a.d.tile_wait_ns);
     if (threadIdx.x == 0) sh->trace_stall += (unsigned long long)global_ns() - t;
 }
 
@@ -211,12 +212,12 @@ __device__ __forceinline__ void mega_trace_close(mega_shared *sh)
 #define MEGA_TRACE_OPEN(sh, kind) mega_trace_open(sh, kind)
 #define MEGA_TRACE_MARK(sh) mega_trace_mark(sh)
 #define MEGA_TRACE_CLOSE(sh) mega_trace_close(sh)
-#define MEGA_STAGE_WAIT(sh, bar, phase) mega_trace_stage_wait(sh, bar, phase)
+#define MEGA_STAGE_WAIT(a, sh, bar, phase) mega_trace_stage_wait(a, sh, bar, phase)
 #else
 #define MEGA_TRACE_OPEN(sh, kind) ((void)0)
 #define MEGA_TRACE_MARK(sh) ((void)0)
 #define MEGA_TRACE_CLOSE(sh) ((void)0)
-#define MEGA_STAGE_WAIT(sh, bar, phase) mbar_wait(bar, phase)
+#define MEGA_STAGE_WAIT(a, sh, bar, phase) mbar_wait_bounded(bar, phase, (a).d.tile_wait_ns)
 #endif
 
 /* Whole block: thread 0 waits, everyone learns the outcome. */
@@ -357,7 +358,7 @@ __device__ __forceinline__ int pinned_int(int v)
 }
 
 /* Thread 0: the stage barriers of a staged item (invalidated by stage_end). */
-__device__ __forceinline__ void stage_begin(mega_shared *sh, const mega_staging &st)
+__device__ __forceinline__ void stage_begin(const moe_ep_mega_args_t &a, mega_shared *sh, const mega_staging &st)
 {
     for (int i = 0; i < st.stages; i++) mbar_init(&sh->stage_full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -365,11 +366,13 @@ __device__ __forceinline__ void stage_begin(mega_shared *sh, const mega_staging 
 }
 
 /* Whole block, after its last stage wait. */
-__device__ __forceinline__ void stage_end(mega_shared *sh, const mega_staging &st)
+__device__ __forceinline__ void stage_end(const moe_ep_mega_args_t &a, mega_shared *sh, const mega_staging &st)
 {
     __syncthreads();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+        tile_wait_report(a.b.error);
         for (int i = 0; i < st.stages; i++) mbar_inval(&sh->stage_full[i]);
+    }
 }
 
 /* Thread 0: bf16 rows of the group's tokens [j0, j0 + n) (token first + j)
@@ -420,7 +423,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
     if (threadIdx.x == 0 && st.bulk) {
-        stage_begin(sh, st);
+        stage_begin(a, sh, st);
         for (int b = 0; b < min(batches, stages); b++)
             stage_x_rows(a, sh, smem + (size_t)b * stage_bytes, &sh->stage_full[b], first, b * per_stage,
                          min(per_stage, count - b * per_stage));
@@ -433,7 +436,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
         const uint32_t xs = smem_u32(x);
         if (st.bulk) {
-            MEGA_STAGE_WAIT(sh, &sh->stage_full[s], phase);
+            MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase);
         } else {
             copy_x_rows(a, sh, x, first, j0, min(per_stage, count - j0));
             __syncthreads();
@@ -452,7 +455,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
                          min(per_stage, count - j0 - stages * per_stage));
         if (++s == stages) s = 0, phase ^= 1;
     }
-    if (st.bulk) stage_end(sh, st);
+    if (st.bulk) stage_end(a, sh, st);
     dispatch_signal(a, c, sh, first, count);
 }
 
@@ -550,7 +553,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
     const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
     if (threadIdx.x == 0) {
-        stage_begin(sh, st);
+        stage_begin(a, sh, st);
         for (int b = 0; b < min(batches, stages); b++)
             stage_y_rows(a, c, smem + (size_t)b * stage_bytes, &sh->stage_full[b], b * per_stage,
                          min(per_stage, count - b * per_stage), db, sb);
@@ -558,7 +561,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
     __syncthreads(); /* the barriers exist before anyone waits */
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
         const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
-        MEGA_STAGE_WAIT(sh, &sh->stage_full[s], phase);
+        MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase);
         for (int i = threadIdx.x; i < total; i += blockDim.x) {
             const int jj = i / chunks, j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j);
             const int64_t t = first + j - sh->token_prefix[r];
@@ -572,7 +575,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
                          min(per_stage, count - j0 - stages * per_stage), db, sb);
         if (++s == stages) s = 0, phase ^= 1;
     }
-    stage_end(sh, st);
+    stage_end(a, sh, st);
 }
 
 /* Combine item: tokens [g * cpi, ...) once the GEMM2 tiles of their rows are
@@ -871,6 +874,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
     if constexpr (!MODE_TMA(MODE)) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
+        tile_wait_arm();
         sh->n_tok = -1, sh->tiles = -1;
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;

@@ -72,13 +72,15 @@ static inline int moe_ep_rs_tile_on(moe_ep_path_t path, int H, int I, int fp8_fa
     return moe_ep_rs_tile_fits(path, H, I) && !moe_ep_qgmma_on(path, H, I, fp8_fast_accum);
 }
 
-/* MX layers on the register tile keep their weights' k32 multipliers made
- * at load (mx_mult.cuh): 20 bytes per weight row and 128 K. */
-static inline int moe_ep_mx_records_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
+/* MX and NVFP4 layers on the register tile keep their weights' multipliers
+ * made at load (rs_mults.cuh): 20 (MX) or 16 (NVFP4) bytes per weight row
+ * and 128 K. */
+static inline int moe_ep_weight_records_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
-    return (path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8) && moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
+    return path != MOE_EP_PATH_FP8_BLOCK && moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
 }
-#define MOE_EP_MX_RECORD_BYTES(rows, K) ((rows) / 256 * ((K) / 128) * 5 * 256 * 4)
+#define MOE_EP_WEIGHT_RECORD_BYTES(path, rows, K) \
+    ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : 5) * 256 * 4)
 
 /* Layers whose GEMMs run one tile kind at every T, so that a row's
  * bits never depend on the batch: the QGMMA tile (its bits differ from the
@@ -113,6 +115,16 @@ static inline int moe_ep_single_tile_allows(moe_ep_path_t path, int H, int I, in
 #define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
 #define MOE_EP_DEVERR_BAD_TOKENS 2u  /* detail: the rank */
 #define MOE_EP_DEVERR_TIMEOUT 3u     /* detail: which wait */
+#define MOE_EP_WAIT_TILE 0x900001u   /* a GEMM tile's pipeline (mbarrier) wait: a bug (hopper.cuh) */
+/* The bound of a GEMM tile's pipeline wait in ns: timeout_seconds, at most
+ * 4 s (hopper.cuh times it on the 32-bit globaltimer; a stage takes
+ * microseconds, so this bound is only ever met by a bug). */
+#define MOE_EP_TILE_WAIT_MAX_NS 4000000000u
+static inline uint32_t moe_ep_tile_wait_ns(double timeout_seconds)
+{
+    double ns = timeout_seconds * 1e9;
+    return ns > (double)MOE_EP_TILE_WAIT_MAX_NS ? MOE_EP_TILE_WAIT_MAX_NS : (uint32_t)ns;
+}
 
 typedef struct moe_ep_split_dims {
     int R, E, K, H, I, T_max; /* local ranks, experts on this GPU, top-k, dims */
@@ -126,13 +138,15 @@ typedef struct moe_ep_split_dims {
     int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the QGMMA tile */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
                                  occupancy; 0 = as many as fit (occupancy calculator) */
+    uint32_t tile_wait_ns;    /* bound of the GEMM tiles' pipeline waits (moe_ep_tile_wait_ns) */
 } moe_ep_split_dims_t;
 
 typedef struct moe_ep_split_bufs {
     uint8_t *w13, *w13_scales, *w2, *w2_scales;
     float *w13_gs, *w2_gs;
-    uint32_t *w13_mult, *w2_mult; /* MX layers on the register tile (moe_ep_mx_records_on): the weights'
-                                     multiplier records, [E][N / 256][K / 128][5 x 256] words (mx_mult.cuh) */
+    uint32_t *w13_mult, *w2_mult; /* MX and NVFP4 layers on the register tile (moe_ep_weight_records_on):
+                                     the weights' multiplier records, [E][N / 256][K / 128][record]
+                                     (rs_mults.cuh), else NULL */
     int32_t *tokens;          /* [R] T of each rank for this forward */
     int32_t *expert_count;    /* [E] */
     int32_t *expert_offset;   /* [E+1] */

@@ -4,11 +4,11 @@
  * tile scales repeated on each row, NVFP4 global scales S per matrix; the
  * register tile's layers get each 16-byte chunk of their data rows permuted
  * for its fragment loads (prep_permute_fragments), and MX layers there their
- * weights' k32 multipliers as records (prep_mx_records, mx_mult.cuh).
+ * weights' multipliers as records (prep_weight_records, rs_mults.cuh).
  * Quantization uses the codec shared with the host, so a bf16 checkpoint
  * quantized here equals the host codec's bytes. */
 #include "kernels/gpu_common.cuh"
-#include "kernels/sm90/mx_mult.cuh"
+#include "kernels/sm90/rs_mults.cuh"
 
 #define PREP_THREADS 256
 
@@ -150,12 +150,13 @@ __global__ void prep_permute_fragments(uint8_t *data, int64_t chunks, int e2m1)
     ((uint4 *)data)[i] = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-/* MX weights on the register tile: the multiplier records of a [rows][K]
- * matrix (rows % 256, K % 128) from its UE8M0 scales ([rows][K / 32] bytes),
- * one thread per row and 128-wide K block, the row fastest (coalesced records). */
-__global__ void prep_mx_records(const uint8_t *scales, int64_t rows, int K, int e2m1, uint32_t *records)
+/* MX and NVFP4 weights on the register tile: the multiplier records of a
+ * [rows][K] matrix (rows % 256, K % 128) from its scales, one thread per row
+ * and 128-wide K block (rs_mults.cuh). */
+__global__ void prep_weight_records(const uint8_t *scales, int64_t rows, int K, int e2m1, int nv, uint32_t *records)
 {
-    fr_mx_records_item(scales, rows, K, e2m1 != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    fr_weight_records_item(scales, rows, K, e2m1 != 0, nv != 0, records,
+                           (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 static unsigned blocks_for(int64_t n) { return (unsigned)((n + PREP_THREADS - 1) / PREP_THREADS); }
@@ -227,13 +228,13 @@ extern "C" moe_ep_status_t moe_ep_launch_prep_weights(const moe_ep_split_dims_t 
             prep_permute_fragments<<<blocks_for(c2), PREP_THREADS, 0, s>>>(m2.data, c2, e2m1);
             MOE_EP_CHECK(moe_ep_launch_check("prep_permute_fragments"));
         }
-        if (moe_ep_mx_records_on(d->path, d->H, d->I, d->fp8_fast_accum)) {
-            int e2m1 = wf == MOE_EP_FORMAT_MXFP4;
-            prep_mx_records<<<blocks_for(2 * I * (H / 128)), PREP_THREADS, 0, s>>>(
-                m13.scales, 2 * I, (int)H, e2m1, b->w13_mult + le * MOE_EP_MX_RECORD_BYTES(2 * I, H) / 4);
-            prep_mx_records<<<blocks_for(H * (I / 128)), PREP_THREADS, 0, s>>>(
-                m2.scales, H, (int)I, e2m1, b->w2_mult + le * MOE_EP_MX_RECORD_BYTES(H, I) / 4);
-            MOE_EP_CHECK(moe_ep_launch_check("prep_mx_records"));
+        if (moe_ep_weight_records_on(d->path, d->H, d->I, d->fp8_fast_accum)) {
+            int e2m1 = wf == MOE_EP_FORMAT_MXFP4, nv = wf == MOE_EP_FORMAT_NVFP4;
+            prep_weight_records<<<blocks_for(2 * I * (H / 128)), PREP_THREADS, 0, s>>>(
+                m13.scales, 2 * I, (int)H, e2m1, nv, b->w13_mult + le * MOE_EP_WEIGHT_RECORD_BYTES(d->path, 2 * I, H) / 4);
+            prep_weight_records<<<blocks_for(H * (I / 128)), PREP_THREADS, 0, s>>>(
+                m2.scales, H, (int)I, e2m1, nv, b->w2_mult + le * MOE_EP_WEIGHT_RECORD_BYTES(d->path, H, I) / 4);
+            MOE_EP_CHECK(moe_ep_launch_check("prep_weight_records"));
         }
     }
     return MOE_EP_SUCCESS;

@@ -68,7 +68,7 @@
 #ifndef MOE_EP_FP8_RS_TILE_CUH
 #define MOE_EP_FP8_RS_TILE_CUH
 
-#include "kernels/sm90/mx_mult.cuh"
+#include "kernels/sm90/rs_mults.cuh"
 #include "kernels/sm90/qgmma_tile.cuh" /* gemm_common, hopper, tma_map, wg_consumer_barrier */
 
 #include <cuda_fp16.h>
@@ -104,11 +104,6 @@ enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 #define FR_NV(FMT) ((FMT) == RS_NVFP4)
 /* Bytes of one raw activation row per stage: E4M3 128, NVFP4's E2M1 64 (64-byte swizzle). */
 #define FR_AROW(FMT) (FR_NV(FMT) ? 64 : 128)
-/* NVFP4's scales are staged times 2^7 (this, f16x2), so an operand is
- * fr_e2m1x2's value x 2^-14 times one multiplier: value x scale x 2^-7,
- * exact in fp16 (at least 2^-17 with at most 6 significant bits, at most
- * 21); the sums come out x 2^-14 exactly and the epilogue undoes it. */
-#define FR_F16_2P7 0x58005800u
 /* Bytes of one raw weight row per stage (128 K): E4M3 128 (128-byte
  * swizzle), E2M1 64 (64-byte swizzle: 16-byte chunk c of row r at
  * c ^ ((r >> 1) & 3)). */
@@ -147,10 +142,16 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 /* Scale blocks per stage kept for the multipliers: MXFP8 and W4A8 4 k32
  * blocks, NVFP4 8 k16 blocks (16-bit), FP8-BLOCK none (1 to keep the arrays). */
 #define FR_MULT_BLOCKS(FMT) ((FMT) == RS_FP8_BLOCK ? 1 : 4)
+/* Words of a raw stage's weight record (rs_mults.cuh; FP8-BLOCK none: 4 to keep the array) and bytes between
+ * the raw stages' records (MX: k32 blocks FR_BN * 4 apart, 2^ref_w FR_BN * 16 on; NVFP4: k16 blocks FR_BN * 2 apart). */
+#define FR_WREC_WORDS(FMT) (FR_MX(FMT) || FR_NV(FMT) ? FR_REC_WORDS(FR_NV(FMT)) : 4)
+#define FR_WREC_STAGE(FMT) (FR_WREC_WORDS(FMT) * 4)
+/* Bytes a raw stage's bulk copy of the record brings (FP8-BLOCK: none; its mbarrier must not expect any). */
+#define FR_WREC_BYTES(FMT) (FR_MX(FMT) || FR_NV(FMT) ? FR_WREC_STAGE(FMT) : 0)
 /* Shared memory a block may have (sm_90: 227 KB), less what the tile leaves to
  * a persistent kernel around it (mega: its counters and tables, 4 KB + 8 B per expert). */
 #ifndef FR_SMEM_LIMIT
-#define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024)
+#define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
 template <int FMT, int BMA>
@@ -160,16 +161,15 @@ struct fr_smem {
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
-    static constexpr int MREC = FR_MX(FMT) ? FR_MREC_WORDS : 4; /* words of a stage's weight multipliers */
-    uint32_t wrec[RAW][MREC];      /* MXFP8, W4A8: the weights' record of the stage (mx_mult.cuh: their
-                                      k32 multipliers [4][FR_BN] and 2^ref_w [FR_BN]), by bulk copy */
+    static constexpr int MREC = FR_WREC_WORDS(FMT); /* words of a stage's weight multipliers */
+    uint32_t wrec[RAW][MREC];      /* MX, NVFP4: the weights' record of the stage (rs_mults.cuh; MX: the
+                                      k32 multipliers [4][FR_BN] and 2^ref_w [FR_BN]; NVFP4: uint16_t
+                                      [8][FR_BN], the scales per k16 block), by bulk copy */
     static constexpr int RINGS = CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
                                          rows); MXFP8: [cs][0] = 2^ref_x per activation row */
-    uint32_t wm[FR_NV(FMT) ? CVT : 1][FR_NV(FMT) ? 4 : 1][FR_BN]; /* NVFP4: as uint16_t [8][FR_BN], the
-                                         E4M3 scale per k16 block (MX: in wrec) */
     uint32_t am[CVT][FR_MULT_BLOCKS(FMT)][BMA]; /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
                                          NVFP4: as uint16_t [8][BMA], the E4M3 scale per k16 block as f16 */
     uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[CVT], cvt_empty[CVT];
@@ -215,13 +215,6 @@ __device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t d
     else wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
 }
 
-/* f16x2 product, round to nearest (exact for the exponent shifts used here). */
-__device__ __forceinline__ uint32_t fr_hmul2(uint32_t a, uint32_t b)
-{
-    uint32_t o;
-    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(o) : "r"(a), "r"(b));
-    return o;
-}
 
 /* Shared-memory loads at 32-bit addresses (the K loop runs at the register limit). */
 __device__ __forceinline__ uint32_t fr_ld_u32(uint32_t p)
@@ -333,7 +326,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
 struct fr_stage_scales {
     uint32_t wa;
     float sx, sw[2]; /* FP8-BLOCK: s_x of activation row t, s_w of the tile's two 128-row weight blocks */
-    uint2 na, nw[2]; /* NVFP4: the 8 E4M3 scales of activation row t, weight rows t, t + 128 */
+    uint2 na; /* NVFP4: the 8 E4M3 scales of activation row t */
 };
 
 template <int FMT, int BMA>
@@ -345,8 +338,6 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
     fr_stage_scales r = {};
     if constexpr (FR_NV(FMT)) {
         if (t < rows_valid) r.na = __ldcg((const uint2 *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
-#pragma unroll
-        for (int i = 0; i < 2; i++) r.nw[i] = __ldcg((const uint2 *)(g.b_scales + (b_row + t + 128 * i) * b_sb) + cv);
     } else if constexpr (FR_MX(FMT)) {
         if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
     } else if (t < rows_valid) {
@@ -361,28 +352,12 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
 /* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
  * rows). */
-/* NVFP4: eight E4M3 scale bytes -> eight f16 times 2^7 (exact: FR_F16_2P7)
- * into a uint16_t table, stride apart. */
-__device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2 v)
-{
-    uint32_t w[2] = {v.x, v.y};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint32_t o;
-        uint16_t pr = (uint16_t)(w[i / 2] >> (16 * (i % 2)));
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(pr));
-        o = fr_hmul2(o, FR_F16_2P7);
-        out[(2 * i) * stride] = (uint16_t)o, out[(2 * i + 1) * stride] = (uint16_t)(o >> 16);
-    }
-}
 
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
     if constexpr (FR_NV(FMT)) { /* rows past the valid ones: scale 0 */
         if (t < BMA) fr_store_e4m3x8((uint16_t *)&s.am[cs][0][0] + t, BMA, t < rows_valid ? w.na : make_uint2(0, 0));
-#pragma unroll
-        for (int i = 0; i < 2; i++) fr_store_e4m3x8((uint16_t *)&s.wm[cs][0][0] + t + 128 * i, FR_BN, w.nw[i]);
     } else if constexpr (FR_MX(FMT)) {
         if (t < BMA) {
             uint32_t ref = fr_mx_ref(w.wa);
@@ -432,8 +407,8 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
             FR_TRACE(8);
-            mbar_wait(&s.raw_full[rs], (cv / RAW) & 1);
-            mbar_wait(&s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
+            tile_wait(g, &s.raw_full[rs], (cv / RAW) & 1);
+            tile_wait(g, &s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
             FR_TRACE(9);
             fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
@@ -447,14 +422,14 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
         if (t == 0 && kt < n_k) { /* raw stage kt, RAW - 1 ahead of the one widened */
             int st = kt % RAW;
             FR_TRACE(10);
-            mbar_wait(&s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
+            tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
             FR_TRACE(11);
-            mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + (FR_MX(FMT) ? FR_MREC_WORDS * 4 : 0));
+            mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
             tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
-            if constexpr (FR_MX(FMT)) /* the weights' multipliers of the stage (mx_mult.cuh) */
-                bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_MREC_WORDS, FR_MREC_WORDS * 4,
-                          &s.raw_full[st]);
+            if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers of the stage (rs_mults.cuh) */
+                bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT),
+                          FR_WREC_STAGE(FMT), &s.raw_full[st]);
         }
     }
 }
@@ -472,9 +447,7 @@ struct fr_addr {
 #define FR_RB_STAGE(FMT) (FR_BN * FR_WROW(FMT)) /* bytes between raw weight stages */
 #define FR_A_STAGE(BMA) (2 * (BMA) * 64 * 2) /* bytes between fp16 activation stages */
 #define FR_SXW_STAGE(BMA) (2 * (BMA) * 4)    /* bytes between scale-product stages */
-#define FR_WM_STAGE (4 * FR_BN * 4)     /* NVFP4: bytes between multiplier stages (k16 blocks FR_BN * 2 apart) */
-#define FR_WREC_STAGE (FR_MREC_WORDS * 4) /* MX: bytes between the raw stages' weight records (k32 blocks FR_BN * 4
-                                             apart, 2^ref_w FR_BN * 16 on) */
+
 
 template <int FMT, int BMA>
 __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h, int g, int q)
@@ -483,7 +456,7 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
     a.act = smem_u32(s.a[0][0]);
     a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
-    a.wm = FR_MX(FMT) ? smem_u32(&s.wrec[0][0]) + (128 * h + g) * 4 : smem_u32(&s.wm[0][0][0]) + (128 * h + g) * 2;
+    a.wm = smem_u32(&s.wrec[0][0]) + (128 * h + g) * (FR_NV(FMT) ? 2 : 4);
     a.sw = a.wm + 4 * FR_BN * 4;
     a.sw_key = FR_E2M1(FMT) ? (g >> 1) & 3 : g & 7, a.q = q;
     return a;
@@ -543,9 +516,9 @@ __device__ __forceinline__ void fr_step_bytes(fr_raw &r, uint32_t x, uint32_t y,
 }
 
 /* NVFP4: the E4M3 scales of k16 block kk of m64 block B for rows g, g + 8, as f16. */
-__device__ __forceinline__ void fr_load_mult_nv(fr_raw &r, const fr_addr &ad, int cs, int B, int kk)
+__device__ __forceinline__ void fr_load_mult_nv(fr_raw &r, const fr_addr &ad, int rs, int B, int kk)
 {
-    uint32_t wm = ad.wm + cs * FR_WM_STAGE + kk * FR_BN * 2 + B * 128;
+    uint32_t wm = ad.wm + rs * FR_WREC_STAGE(RS_NVFP4) + kk * FR_BN * 2 + B * 128;
     r.m[0] = fr_ld_u16(wm), r.m[1] = fr_ld_u16(wm + 16);
 }
 
@@ -594,7 +567,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         if ((!FR_E2M1(FMT) || kk % 2 == 0) && wi + AHEAD < WORDS) /* at word wi's first use: the word AHEAD on */
             fr_load_word<FMT>(x[wi + AHEAD], y[wi + AHEAD], ad, rs, B, wi + AHEAD);
         if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers */
-            uint32_t wm = ad.wm + rs * FR_WREC_STAGE + (kk / 2) * FR_BN * 4 + B * 256;
+            uint32_t wm = ad.wm + rs * FR_WREC_STAGE(FMT) + (kk / 2) * FR_BN * 4 + B * 256;
             r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
         }
         fr_step_bytes<FMT>(r, x[wi], y[wi], kk);
@@ -621,7 +594,7 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
 #pragma unroll
     for (int i = 0; i < 8; i++) fr_load_word<RS_NVFP4>(x[i % 2][i / 2], y[i % 2][i / 2], ad, rs, i % 2, i / 2);
     fr_raw r;
-    fr_load_mult_nv(r, ad, cs, 0, 0);
+    fr_load_mult_nv(r, ad, rs, 0, 0);
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         const int kk = i / 2, b = i % 2; /* k16 step, m64 block */
@@ -632,7 +605,7 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
         fr_wgmma<BMA>(acc[b], a[i % FR_NV_RING], db, 1);
         wgmma_commit();
-        if (i < 15) fr_load_mult_nv(r, ad, cs, (i + 1) % 2, (i + 1) / 2);
+        if (i < 15) fr_load_mult_nv(r, ad, rs, (i + 1) % 2, (i + 1) / 2);
     }
     wgmma_wait<0>();
 }
@@ -732,17 +705,17 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int kt = 0; kt < g.K / FR_BK; kt++) {
             int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
             FR_TRACE(5);
-            mbar_wait(&s.raw_full[rs], (kt / smem_t::RAW) & 1);
-            mbar_wait(&s.cvt_full[cs], (kt / smem_t::CVT) & 1);
+            tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
+            tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
             FR_TRACE(6);
             if (kt == 0) FR_TRACE(1);
             if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
                 fr_stage_nv<BMA>(acc, ad, rs, cs);
             } else {
                 fr_block<FMT, BMA, 0>(part, ad, rs, cs);
-                fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE);
+                fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
                 fr_block<FMT, BMA, 1>(part, ad, rs, cs);
-                fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE + 256);
+                fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
             }
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
@@ -771,6 +744,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {
+        tile_wait_report(g.error);
         for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
         for (int i = 0; i < smem_t::CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
     }

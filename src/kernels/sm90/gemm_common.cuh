@@ -21,8 +21,9 @@ struct gemm_args {
     const uint32_t *error;
     int a_scale_stride;            /* bytes per row of a_scales (moe_ep_act_scale_stride) */
     int64_t out_scale_stride;      /* bytes per row of out_scales */
-    const uint32_t *b_mult;        /* MX weights on the register tile: their multiplier records
-                                      (mx_mult.cuh), else NULL */
+    const uint32_t *b_mult;        /* MX and NVFP4 weights on the register tile: their multiplier
+                                      records (rs_mults.cuh), else NULL */
+    uint32_t wait_ns;              /* bound of the tiles' pipeline waits (tile_wait, moe_ep_tile_wait_ns) */
 };
 
 /* GEMM1 (xq . W13^T, SwiGLU, requant -> aq) and GEMM2 (aq . W2^T -> y, wire)
@@ -33,7 +34,8 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm1_args(const moe_ep_spl
     gemm_args g = {af, wf, af, b.xq, b.xq_scales, b.w13, b.w13_scales, b.w13_gs, d.fc1_scale,
                    b.aq, b.aq_scales, d.fc2_scale, d.H, 2 * d.I, d.I, d.E, d.swiglu_limit,
                    b.expert_offset, b.tile_offset, b.error,
-                   (int)moe_ep_act_scale_stride(af, d.H), moe_ep_act_scale_stride(af, d.I), b.w13_mult};
+                   (int)moe_ep_act_scale_stride(af, d.H), moe_ep_act_scale_stride(af, d.I), b.w13_mult,
+                   d.tile_wait_ns};
     return g;
 }
 
@@ -44,7 +46,8 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm2_args(const moe_ep_spl
     gemm_args g = {af, wf, yf, b.aq, b.aq_scales, b.w2, b.w2_scales, b.w2_gs,
                    d.fc2_scale, b.y, b.y_scales, 1.0f, d.I, d.H, d.H, d.E, 0.0f,
                    b.expert_offset, b.tile_offset, b.error,
-                   (int)moe_ep_act_scale_stride(af, d.I), moe_ep_row_scale_bytes(yf, d.H), b.w2_mult};
+                   (int)moe_ep_act_scale_stride(af, d.I), moe_ep_row_scale_bytes(yf, d.H), b.w2_mult,
+                   d.tile_wait_ns};
     return g;
 }
 

@@ -4,6 +4,8 @@
 #ifndef MOE_EP_HOPPER_CUH
 #define MOE_EP_HOPPER_CUH
 
+#include "kernels/split_kernels.h" /* the device error word's kinds */
+
 #include <cuda.h>
 #include <stdint.h>
 
@@ -32,12 +34,63 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *b)
 
 /* Waits for the phase of the given parity. Intra-CTA: the producer and the
  * consumers of one CTA are always resident together, and every phase is
- * completed by a finite number of TMA copies or arrivals. */
+ * completed by a finite number of TMA copies or arrivals. Unbounded: the
+ * kernel lab's (dev/) only; the library's waits are mbar_wait_bounded. */
 __device__ __forceinline__ void mbar_wait(uint64_t *b, int parity)
 {
     asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  "@!p bra WAIT_%=;\n}\n" ::"r"(smem_u32(b)), "r"(parity) : "memory");
+}
+
+/* The tiles' waits, bounded: a phase that never completes is a bug (a lost
+ * arrival, or bytes expected that no copy brings: 9ad3294's first suite run
+ * hung four test processes that way). bound ns after the first failed try
+ * (moe_ep_tile_wait_ns: timeout_seconds, at most 4 s; a stage takes
+ * microseconds) the wait sets the block's tile_wait_failed and returns; every
+ * later failed wait of the block sees it and returns at once, so the kernel
+ * ends, and the ring's teardown turns the flag into the device error word
+ * (tile_wait_report), so the forward reports it (its outputs are wrong).
+ * The flag is static shared memory (its address is a constant) and the
+ * loop one asm block: with the error word's pointer in a C loop instead, the
+ * mega kernel's FP8-BLOCK tile at 128 rows spilled 8 bytes, with the flag in
+ * a C loop too; a trap 948 bytes, the loop as a noinline call 784-912. */
+static __shared__ uint32_t tile_wait_failed;
+
+/* Thread 0, once at the kernel's start (before the block's first barrier).
+ * Not at every tile: armed from the device error word there (a global load
+ * before the tile's first barrier), it cost FP8-BLOCK 1-3.6 % and MXFP8 up
+ * to 1.7 % at T <= 64 (0d3a362, paired bench). After a failure the kernels
+ * see the error word anyway (split's at entry, mega's at every item). */
+__device__ __forceinline__ void tile_wait_arm() { tile_wait_failed = 0u; }
+
+/* Thread 0, at a ring's teardown (after the block's barrier): a wait that
+ * gave up becomes the device error word (the first error wins). */
+__device__ __forceinline__ void tile_wait_report(const uint32_t *error)
+{
+    if (tile_wait_failed && *(volatile const uint32_t *)error == 0u)
+        atomicCAS((uint32_t *)error, 0u, (MOE_EP_DEVERR_TIMEOUT << 24) | MOE_EP_WAIT_TILE);
+}
+
+__device__ __forceinline__ void mbar_wait_bounded(uint64_t *b, int parity, uint32_t bound)
+{
+    asm volatile("{\n.reg .pred p;\n.reg .u32 t0, t1;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@p bra DONE_%=;\n"
+                 "ld.volatile.shared.u32 t1, [%3];\n" /* an earlier wait gave up */
+                 "setp.ne.u32 p, t1, 0;\n"
+                 "@p bra DONE_%=;\n"
+                 "mov.u32 t0, %%globaltimer_lo;\n"
+                 "LOOP_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@p bra DONE_%=;\n"
+                 "mov.u32 t1, %%globaltimer_lo;\n"
+                 "sub.u32 t1, t1, t0;\n" /* 32-bit ns: wraps after 4.29 s, so bound <= MOE_EP_TILE_WAIT_MAX_NS */
+                 "setp.le.u32 p, t1, %2;\n"
+                 "@p bra LOOP_%=;\n"
+                 "st.volatile.shared.u32 [%3], 1;\n"
+                 "DONE_%=:\n}\n" ::"r"(smem_u32(b)), "r"(parity), "r"(bound), "r"(smem_u32(&tile_wait_failed))
+                 : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int x, int y)

@@ -102,11 +102,11 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
 {
     qg_smem &s = *(qg_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / QG_BK;
-    if (threadIdx.x == 0) wg_ring_init<QG_STAGES>(s.full, s.empty);
+    if (threadIdx.x == 0) wg_ring_init<QG_STAGES>(g, s.full, s.empty);
     __syncthreads();
     if (wg == 0) { /* producer */
         if (t == 0)
-            wg_produce<QG_STAGES>(s.full, s.empty, s.a[0], sizeof s.a[0], s.b[0], sizeof s.b[0], ta, tb, n_k, QG_BK,
+            wg_produce<QG_STAGES>(g, s.full, s.empty, s.a[0], sizeof s.a[0], s.b[0], sizeof s.b[0], ta, tb, n_k, QG_BK,
                                   (int)row0, e * g.N + n0);
     } else { /* consumers: warpgroup h = wg - 1 owns columns [128 h, 128 h + 128) */
         int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4; /* rows r and r + 8 */
@@ -118,7 +118,7 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
             int st = kt % QG_STAGES;
             float s0, s1;
             fp8_scales_at(sc, kt, s0, s1);
-            mbar_wait(&s.full[st], (kt / QG_STAGES) & 1);
+            tile_wait(g, &s.full[st], (kt / QG_STAGES) & 1);
             qg_step(part, s.a[st], &s.b[st][128 * h * QG_BK]);
             mbar_arrive(&s.empty[st]);
             fp8_promote(acc, part, s0, s1);
@@ -126,7 +126,7 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
         wg_epilogue<16, QG_BM, QG_BN>(g, &s, acc, r, 128 * h, lane, row0, rows_valid, n0);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
-    if (threadIdx.x == 0) wg_ring_inval<QG_STAGES>(s.full, s.empty);
+    if (threadIdx.x == 0) wg_ring_inval<QG_STAGES>(g, s.full, s.empty);
 }
 
 /* 1 if the GEMM can run on this tile: FP8-BLOCK operands, N % 256, K % 128. */

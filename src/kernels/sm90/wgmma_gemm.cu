@@ -97,7 +97,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
     wg_smem &s = *(wg_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / WG_BK, n_tiles = g.N / WG_BN;
     const int total = g.tile_offset[g.E] * n_tiles;
-    if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(s.full, s.empty);
+    if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(g, s.full, s.empty);
     __syncthreads();
     if (wg == 0) {
         if (t == 0) {
@@ -106,7 +106,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
                 const tile_pos p = tile_pos_of<TILE_BF16>(g, tile, n_tiles);
                 for (int kt = 0; kt < n_k; kt++, kg++) {
                     const int st = kg % WG_STAGES;
-                    mbar_wait(&s.empty[st], ((kg / WG_STAGES) & 1) ^ 1);
+                    tile_wait(g, &s.empty[st], ((kg / WG_STAGES) & 1) ^ 1);
                     mbar_expect_tx(&s.full[st], sizeof s.a[0] + sizeof s.b[0]);
                     tma_load_2d(s.a[st], ta, &s.full[st], kt * WG_BK, (int)p.row0);
                     tma_load_2d(s.b[st], tb, &s.full[st], kt * WG_BK, p.e * g.N + p.n0);
@@ -121,7 +121,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
             float d[128];
             for (int kt = 0; kt < n_k; kt++, kg++) {
                 const int st = kg % WG_STAGES;
-                mbar_wait(&s.full[st], (kg / WG_STAGES) & 1);
+                tile_wait(g, &s.full[st], (kg / WG_STAGES) & 1);
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
@@ -137,7 +137,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
         }
     }
     __syncthreads(); /* every TMA landed, every arrival made */
-    if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(s.full, s.empty);
+    if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(g, s.full, s.empty);
 }
 
 template <int KIND>
@@ -148,6 +148,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ int next_tile; /* the loop's index kept here, not in a register across the tile */
     if (moe_ep_dev_failed(g.error)) return;
+    if (threadIdx.x == 0) tile_wait_arm(); /* ordered by the first tile's barrier */
     if constexpr (KIND == TILE_BF16) {
         if (g.out_fmt == MOE_EP_FORMAT_BF16) { /* the outputs stored from registers: one pipeline over the tiles */
             if (g.N != g.N_out) wg_persistent<true>(g, &ta, &tb, smem_raw);

@@ -20,6 +20,13 @@
 #include "kernels/sm90/hopper.cuh"
 #include "kernels/sm90/tma_map.cuh"
 
+/* A tile's pipeline wait, bounded by the layer's timeout (hopper.cuh:
+ * mbar_wait_bounded). */
+__device__ __forceinline__ void tile_wait(const gemm_args &g, uint64_t *b, int parity)
+{
+    mbar_wait_bounded(b, parity, g.wait_ns);
+}
+
 #define WG_BM 128
 #define WG_BN 256
 #define WG_BK 64
@@ -39,19 +46,20 @@ __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1
 
 /* The ring's mbarriers, by thread 0 (then the caller synchronises): full[i]
  * completes on the producer's arrival plus the TMA bytes, empty[i] on the 256
- * consumer threads' arrivals. */
+ * consumer threads' arrivals (the bounded waits are armed once per kernel). */
 template <int NS>
-__device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty)
+__device__ __forceinline__ void wg_ring_init(const gemm_args &g, uint64_t *full, uint64_t *empty)
 {
     for (int i = 0; i < NS; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 256);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
 /* After the block synchronised at the end of a tile: the next tile (mega)
- * initialises the barriers again. */
+ * initialises the barriers again; a wait that gave up is reported. */
 template <int NS>
-__device__ __forceinline__ void wg_ring_inval(uint64_t *full, uint64_t *empty)
+__device__ __forceinline__ void wg_ring_inval(const gemm_args &g, uint64_t *full, uint64_t *empty)
 {
+    tile_wait_report(g.error);
     for (int i = 0; i < NS; i++) mbar_inval(&full[i]), mbar_inval(&empty[i]);
 }
 
@@ -77,14 +85,14 @@ __device__ __forceinline__ void wg_store_fragment(float (*C)[BN + 4], const floa
  * launch (generic proxy, made visible by the caller's acquire): the fence
  * orders those writes before this thread's TMA (async proxy) reads. */
 template <int NS>
-__device__ __forceinline__ void wg_produce(uint64_t *full, uint64_t *empty, uint8_t *a, int a_bytes, uint8_t *b,
+__device__ __forceinline__ void wg_produce(const gemm_args &g, uint64_t *full, uint64_t *empty, uint8_t *a, int a_bytes, uint8_t *b,
                                            int b_bytes, const CUtensorMap *ta, const CUtensorMap *tb, int n_k,
                                            int k_step, int a_row, int b_row)
 {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
     for (int kt = 0; kt < n_k; kt++) {
         int st = kt % NS;
-        mbar_wait(&empty[st], ((kt / NS) & 1) ^ 1);
+        tile_wait(g, &empty[st], ((kt / NS) & 1) ^ 1);
         mbar_expect_tx(&full[st], a_bytes + b_bytes);
         tma_load_2d(a + st * a_bytes, ta, &full[st], kt * k_step, a_row);
         tma_load_2d(b + st * b_bytes, tb, &full[st], kt * k_step, b_row);
@@ -116,11 +124,11 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
 {
     wg_smem &s = *(wg_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / WG_BK;
-    if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(s.full, s.empty);
+    if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(g, s.full, s.empty);
     __syncthreads();
     if (wg == 0) { /* producer */
         if (t == 0)
-            wg_produce<WG_STAGES>(s.full, s.empty, (uint8_t *)s.a, sizeof s.a[0], (uint8_t *)s.b, sizeof s.b[0], ta, tb,
+            wg_produce<WG_STAGES>(g, s.full, s.empty, (uint8_t *)s.a, sizeof s.a[0], (uint8_t *)s.b, sizeof s.b[0], ta, tb,
                                   n_k, WG_BK, (int)row0, e * g.N + n0);
     } else { /* consumers */
         float d[128];
@@ -129,7 +137,7 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
         int row_off = (wg - 1) * 64; /* this warpgroup's rows of the tile */
         for (int kt = 0; kt < n_k; kt++) {
             int st = kt % WG_STAGES;
-            mbar_wait(&s.full[st], (kt / WG_STAGES) & 1);
+            tile_wait(g, &s.full[st], (kt / WG_STAGES) & 1);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
@@ -144,7 +152,7 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
         wg_epilogue<32, WG_BM, WG_BN>(g, &s, d, row_off + 16 * warp + lane / 4, 0, lane, row0, rows_valid, n0);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
-    if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(s.full, s.empty);
+    if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(g, s.full, s.empty);
 }
 
 /* The tensor maps of one GEMM (A rows, B weights) for the tile. */
