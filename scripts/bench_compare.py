@@ -12,21 +12,17 @@ import os
 import re
 import sys
 
+from bench_md import table_rows
+
 
 def parse(path):
     """{(geometry, T, column): microseconds} of every table in the file."""
-    cells, head = {}, None
-    for line in open(path):
-        if line.startswith('| geometry'):
-            head = [c.strip() for c in line.strip().strip('|').split('|')]
-        elif line.startswith('| ') and head and not line.startswith('|---'):
-            row = [c.strip() for c in line.strip().strip('|').split('|')]
-            if len(row) != len(head) or not row[1].isdigit():
-                continue
-            for name, value in zip(head[2:], row[2:]):
-                m = re.match(r'([\d.]+)', value)
-                if m and (name.endswith(' stage') or name.endswith(' fwd')):
-                    cells[(row[0], int(row[1]), name)] = float(m.group(1))
+    cells = {}
+    for head, row in table_rows(path):
+        for name, value in zip(head[2:], row[2:]):
+            m = re.match(r'([\d.]+)', value)
+            if m and (name.endswith(' stage') or name.endswith(' fwd')):
+                cells[(row[0], int(row[1]), name)] = float(m.group(1))
     return cells
 
 

@@ -17,6 +17,8 @@ Geometry sizes: GEOMETRIES below (../shared/geometries.md)."""
 import re
 import sys
 
+from bench_md import table_rows
+
 GEOMETRIES = {  # name: (H, I, K)
     'ds-v4-flash': (4096, 2048, 6), 'ds-v4-pro': (7168, 3072, 6), 'ds-v3': (7168, 2048, 8),
     'kimi-k2': (7168, 2048, 8), 'qwen3-235b': (4096, 1536, 8), 'qwen3-30b': (2048, 768, 8),
@@ -58,7 +60,6 @@ LIMITS = {
 
 def parse(path, cells, head_info):
     """cells[(path, backend, geometry, T)] = {column: value}; head_info: rates."""
-    head = None
     for line in open(path):
         m = re.match(r'- copy bandwidth .*: ([\d.]+) TB/s', line)
         if m:
@@ -72,21 +73,15 @@ def parse(path, cells, head_info):
         m = re.match(r'- emulated group of (\d+) ranks', line)
         if m:
             head_info['ranks'] = int(m.group(1))
-        if line.startswith('| geometry'):
-            head = [c.strip() for c in line.strip().strip('|').split('|')]
-        elif line.startswith('| ') and head and not line.startswith('|---'):
-            row = [c.strip() for c in line.strip().strip('|').split('|')]
-            if len(row) != len(head) or not row[1].isdigit():
+    for head, row in table_rows(path):
+        for name, value in zip(head[2:], row[2:]):
+            words = name.split(' ')  # path, backend, column ("stage", "fwd ratio", ...)
+            if len(words) < 3:
                 continue
-            for name, value in zip(head[2:], row[2:]):
-                words = name.split(' ')
-                if len(words) < 3:
-                    continue
-                key = (words[0], words[1], row[0], int(row[1]))
-                try:
-                    cells.setdefault(key, {})[' '.join(words[2:])] = float(value)
-                except ValueError:
-                    pass  # n/a, err
+            try:
+                cells.setdefault((words[0], words[1], row[0], int(row[1])), {})[' '.join(words[2:])] = float(value)
+            except ValueError:
+                pass  # n/a, err
 
 
 def regime(T):
