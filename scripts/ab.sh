@@ -5,6 +5,9 @@
 # differs by itself, so changes of a few percent are compared only this way.
 #   scripts/ab.sh ROUNDS SRC_A SRC_B [SRC_C ...] -- [moe_ep bench args...]
 # SRC_A is the base; each other tree is compared with it. `.` is this tree.
+# A SRC that is an executable file is a `moe_ep` binary built before (e.g.
+#   on the CI machine, carried: it saves the device's build time; compare
+#   only binaries from one compiler).
 #   Another commit, carried to the machine:
 #   git archive REF | tar -x -C build-carry/a   (run with carry build-carry)
 # AB_CMAKE_A, AB_CMAKE_B, ...: extra cmake arguments of each build, for
@@ -13,7 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-usage() { sed -n '2,12p' "$0"; exit 2; }
+usage() { sed -n '2,15p' "$0"; exit 2; }
 [ $# -ge 4 ] || usage
 rounds=$1; shift
 labels=() srcs=()
@@ -27,6 +30,10 @@ out=${OUT:-/tmp/moe_ep_out}; mkdir -p "$out"
 jobs=$(( $(nproc) / ${#srcs[@]} )); [ $jobs -ge 1 ] || jobs=1
 
 build() { # label, source
+  if [ -f "$2" ] && [ -x "$2" ]; then # a moe_ep binary built elsewhere: no build here
+    mkdir -p "build-ab-$1/tools" && cp "$2" "build-ab-$1/tools/moe_ep"
+    return
+  fi
   local extra; extra=$(eval echo "\${AB_CMAKE_$1:-}")
   cmake -S "$2" -B "build-ab-$1" -DCMAKE_BUILD_TYPE=Release $extra >"$out/configure_$1.log" 2>&1 &&
     cmake --build "build-ab-$1" -j$jobs --target moe_ep_tool >"$out/build_$1.log" 2>&1
