@@ -232,7 +232,8 @@ typedef struct moe_ep_layer_config {
     float fc1_input_scale;   /* for x                                                  */
     float fc2_input_scale;   /* for the SwiGLU output a                                */
     int num_threads;         /* reference backend: worker threads, 0 = all cores       */
-    double timeout_seconds;  /* bound on every wait (mega kernel, NCCL), 0 = default 10 s */
+    double timeout_seconds;  /* bound on every wait (mega kernel, NCCL; a GEMM tile's
+                                pipeline waits: at most 4 s), 0 = default 10 s          */
     const moe_ep_knobs_t *knobs; /* explicit knobs (copied at creation), NULL = none   */
     int autotune;            /* 1: time knob candidates at first use (GPU backends)    */
     int num_sms;             /* GPU backends: SMs the layer's persistent grids fill (the mega
