@@ -126,13 +126,6 @@ __device__ __forceinline__ void red_release_sys_add(uint32_t *p, uint32_t v)
     asm volatile("red.release.sys.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-__device__ __forceinline__ long long global_ns()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return (long long)t;
-}
-
 /* A spinning wait gives up: another wait failed first, or this one has run
  * past a.timeout_ns since start (the error word then says which wait). */
 __device__ __forceinline__ bool wait_gives_up(const moe_ep_mega_args_t &a, long long start, uint32_t kind,

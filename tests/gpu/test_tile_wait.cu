@@ -22,13 +22,6 @@ extern "C" {
 #define TEST_NAME "test_tile_wait"
 #include "cuda_check.h"
 
-static __device__ uint64_t globaltimer_ns(void)
-{
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return t;
-}
-
 /* One block, as a tile's ring: thread 0 arms the waits and the barrier (an
  * arrival, plus 16 bytes to come when lost_bytes), every thread waits for
  * phase 0 (returned[t] = 1), then thread 0 reports. With second_bound, every
@@ -50,9 +43,9 @@ __global__ void wait_kernel(uint32_t *error, uint32_t bound_ns, int lost_bytes, 
     }
     mbar_wait_bounded(&bar, 0, bound_ns);
     if (second_bound) {
-        uint64_t t0 = globaltimer_ns();
+        long long t0 = global_ns();
         mbar_wait_bounded(&bar, 0, second_bound);
-        if (threadIdx.x == 0) *second_ns = globaltimer_ns() - t0;
+        if (threadIdx.x == 0) *second_ns = (uint64_t)(global_ns() - t0);
     }
     returned[threadIdx.x] = 1;
     __syncthreads();

@@ -43,6 +43,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, int parity)
                  "@!p bra WAIT_%=;\n}\n" ::"r"(smem_u32(b)), "r"(parity) : "memory");
 }
 
+/* The GPU's global timer in ns (the bounded waits' clock). */
+__device__ __forceinline__ long long global_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return (long long)t;
+}
+
 /* The tiles' waits, bounded: a phase that never completes is a bug (a lost
  * arrival, or bytes expected that no copy brings: 9ad3294's first suite run
  * hung four test processes that way). bound ns after the first failed try
