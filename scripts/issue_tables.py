@@ -14,6 +14,7 @@ Prints two markdown tables:
   - mega: forward / floor against the 1.15x (T <= 512) and 1.25x targets,
     and mega / split forward (target < 1).
 Geometry sizes: GEOMETRIES below (../shared/geometries.md)."""
+import os
 import re
 import sys
 
@@ -129,6 +130,9 @@ def mega_table(cells):
 def main(argv):
     if not argv:
         sys.exit(__doc__)
+    missing = [p for p in argv if not os.path.isfile(p)]
+    if missing:
+        sys.exit('issue_tables: no such file: ' + ', '.join(missing))
     cells, info = {}, {'ranks': 1}
     for p in argv:
         parse(p, cells, info)
