@@ -282,13 +282,24 @@ __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
  * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
  * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
  * MXFP8: times the row's multiplier of k32 block j / 2 (am: the stage's
- * [4][BMA] table, shared address). */
+ * [4][BMA] table, shared address). Only the row groups that hold valid rows
+ * (rows_valid): a group is all 128 threads' rows of one i, so the test is
+ * the same in every thread. The rows past them keep what the stage held
+ * before; they give output rows no epilogue writes (each output row depends
+ * on its own activation row only), as the garbage rows of a partial tile's
+ * TMA box always did. At decode (a few rows per expert in a 64-row tile)
+ * that skips 3 of 4 groups: the lab measured the producer's widening at
+ * 11-15 % of the decode tile's time (FR_LAB_SKIP_WIDEN). The 64-row
+ * instance only: in the 128-row one (T >= 512: mostly full tiles) the test
+ * made the mega kernel's producer spill (16 bytes). */
 template <int FMT, int BMA>
-__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am)
+__device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am,
+                                              int rows_valid)
 {
     if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
 #pragma unroll
         for (int i = 0; i < BMA * 4 / 128; i++) {
+            if (BMA == 64 && 32 * i >= rows_valid) break; /* rows 32 i .. 32 i + 31: none valid */
             int r = t / 4 + 32 * i, j = t % 4;
             uint4 v = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
             uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -304,6 +315,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
     } else {
 #pragma unroll
         for (int i = 0; i < BMA * 8 / 128; i++) {
+            if (BMA == 64 && 16 * i >= rows_valid) break; /* rows 16 i .. 16 i + 15: none valid */
             int r = t / 8 + 16 * i, j = t % 8;
             uint4 lo, hi;
             e4m3x16_to_f16(fr_lds128(smem_u32(raw) + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
@@ -413,7 +425,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
 #ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
-            fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]));
+            fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
 #endif
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
             mbar_arrive(&s.raw_empty[rs]);
