@@ -434,30 +434,41 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
 }
 #endif
 
-static void time_cell(const bench_opts_t *o, moe_ep_group_t g, run_ctx_t *c, moe_ep_backend_t b,
-                      cudaStream_t s, cell_t *cell)
+/* The forwards of every backend alive at one T, timed in turn round by round
+ * (slice_time_interleaved); then the split backend's expert stage alone. */
+static void time_cells(const bench_opts_t *o, moe_ep_group_t *g, run_ctx_t *c, const int *ok, cudaStream_t s,
+                       cell_t *cells, int n)
 {
-    int ok = slice_time_steps(c, slice_flush_step, slice_forward_step, o->warmup, o->iters, s, &cell->fwd_us);
-    ok = ok && slice_no_async_error(g);
-    cell->fwd_state = ok ? CELL_OK : CELL_ERR;
+    void *ctx[MOE_EP_BACKEND_COUNT_];
+    int idx[MOE_EP_BACKEND_COUNT_], m = 0;
+    double us[MOE_EP_BACKEND_COUNT_];
+    for (int b = 0; b < n; b++)
+        if (ok[b]) idx[m] = b, ctx[m++] = &c[b];
+    if (m == 0) return;
+    int timed = slice_time_interleaved(ctx, m, slice_flush_step, slice_forward_step, o->warmup, o->iters, s, us);
+    for (int k = 0; k < m; k++) {
+        int b = idx[k];
+        cells[b].fwd_us = us[k];
+        cells[b].fwd_state = timed && slice_no_async_error(g[b]) ? CELL_OK : CELL_ERR;
 #ifdef MOE_EP_MEGA_TRACE
-    if (ok && b == MOE_EP_BACKEND_MEGA) {
-        char label[96];
-        snprintf(label, sizeof label, "%s/%s/T%d", g_trace_path_name, c->sl->g->name, c->T);
-        trace_mega_forward(c, s, label);
-    }
+        if (cells[b].fwd_state == CELL_OK && o->backends[b] == MOE_EP_BACKEND_MEGA) {
+            char label[96];
+            snprintf(label, sizeof label, "%s/%s/T%d", g_trace_path_name, c[b].sl->g->name, c[b].T);
+            trace_mega_forward(&c[b], s, label);
+        }
 #endif
-    if (b != MOE_EP_BACKEND_SPLIT) return; /* n/a: the hook is the split backend's */
-    ok = slice_time_steps(c, slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s, &cell->stage_us);
-    ok = ok && slice_no_async_error(g);
-    cell->stage_state = ok ? CELL_OK : CELL_ERR;
+        if (o->backends[b] != MOE_EP_BACKEND_SPLIT) continue; /* n/a: the hook is the split backend's */
+        int st = slice_time_steps(&c[b], slice_forward_flush_step, slice_stage_step, o->warmup, o->iters, s,
+                                  &cells[b].stage_us);
+        cells[b].stage_state = st && slice_no_async_error(g[b]) ? CELL_OK : CELL_ERR;
+    }
 }
 
 /* cells[t * stride + b] for every T and backend of one path. Every
- * backend's layer is alive at once and, at each T, the backends are timed one
- * right after the other: a drift of the GPU's clocks over the run (5-7 % seen
- * between runs) then shows in both columns, not in one backend's whole
- * column, so their ratio at a T compares like with like. */
+ * backend's layer is alive at once and, at each T, the backends' forwards are
+ * timed in turn, one forward each per round: a drift of the GPU's clocks over
+ * the run (5-7 % seen between runs) then shows in every column alike, so
+ * their ratio at a T compares like with like. */
 static void bench_path(const bench_opts_t *o, const slice_t *sl, const ceilings_t *ce, moe_ep_path_t p,
                        cudaStream_t s, cell_t *cells, int stride)
 {
@@ -469,23 +480,26 @@ static void bench_path(const bench_opts_t *o, const slice_t *sl, const ceilings_
         ok[b] = ok[b] && slice_layer_ok(slice_create_layer(sl, p, o->wire, o->backends[b], g[b], s, &l[b]),
                                         "layer create/load");
     }
-    for (int t = 0; t < o->ntok; t++)
+    for (int t = 0; t < o->ntok; t++) {
+        int T = o->tokens[t];
+        run_ctx_t c[MOE_EP_BACKEND_COUNT_];
+        cell_t *row = &cells[t * stride];
         for (int b = 0; b < o->nback; b++) {
-            cell_t *cell = &cells[t * stride + b];
-            int T = o->tokens[t];
-            cell->floor_us = floor_us(sl, ce, p, o->wire, T);
-            cell->fwd_state = cell->stage_state = ok[b] ? CELL_NA : CELL_ERR;
-            if (!ok[b]) continue;
-            run_ctx_t c = {sl, l[b], T};
-#ifdef MOE_EP_MEGA_TRACE
-            g_trace_path_name = moe_ep_path_name(p);
-#endif
-            time_cell(o, g[b], &c, o->backends[b], s, cell);
-            fprintf(stderr, "%s T=%d %s/%s: forward %.1f us, expert stage %.1f us, floor %.1f us\n",
-                    sl->g->name, T, moe_ep_path_name(p), moe_ep_backend_name(o->backends[b]),
-                    cell->fwd_state == CELL_OK ? cell->fwd_us : NAN,
-                    cell->stage_state == CELL_OK ? cell->stage_us : NAN, cell->floor_us);
+            row[b].floor_us = floor_us(sl, ce, p, o->wire, T);
+            row[b].fwd_state = row[b].stage_state = ok[b] ? CELL_NA : CELL_ERR;
+            c[b] = (run_ctx_t){sl, l[b], T};
         }
+#ifdef MOE_EP_MEGA_TRACE
+        g_trace_path_name = moe_ep_path_name(p);
+#endif
+        time_cells(o, g, c, ok, s, row, o->nback);
+        for (int b = 0; b < o->nback; b++)
+            if (ok[b])
+                fprintf(stderr, "%s T=%d %s/%s: forward %.1f us, expert stage %.1f us, floor %.1f us\n",
+                        sl->g->name, T, moe_ep_path_name(p), moe_ep_backend_name(o->backends[b]),
+                        row[b].fwd_state == CELL_OK ? row[b].fwd_us : NAN,
+                        row[b].stage_state == CELL_OK ? row[b].stage_us : NAN, row[b].floor_us);
+    }
     for (int b = 0; b < o->nback; b++) {
         if (l[b]) slice_layer_ok(moe_ep_layer_destroy(l[b]), "moe_ep_layer_destroy");
         if (g[b]) slice_layer_ok(moe_ep_group_destroy(g[b]), "moe_ep_group_destroy");
@@ -572,7 +586,7 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
                    " T tokens per rank routed uniformly over all %d x E/8 experts; floor = %d x the slice's;",
                 o->ranks, o->ranks, o->ranks);
     fprintf(f, " wire %s; median of %d iterations after %d warm-up; L2 flushed before each timed call;"
-               " inputs rotate over >= 2 sets; at each T a path's backends run one right after the other\n",
+               " inputs rotate over >= 2 sets; at each T a path's backends' forwards are timed in turn (one each per round, the order reversed every other round)\n",
             moe_ep_wire_name(o->wire), o->iters, o->warmup);
     fprintf(f, "- floor = max(bytes / copy bandwidth, FLOPs / tensor rate); FLOPs = 2*rows*3*H*I; bytes ="
                " weights of the experts hit (path format) + x and out (bf16) + rows*H (activation format)"

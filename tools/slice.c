@@ -129,41 +129,63 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int elapsed_median(cudaEvent_t *ev, int iters, double *median_us)
+/* Median of the n timed steps' times (us); ev[2 i], ev[2 i + 1] bracket step i. */
+static int elapsed_median(cudaEvent_t *ev, int n, double *median_us)
 {
-    double *ms = malloc(sizeof(double) * (size_t)iters);
+    double *ms = malloc(sizeof(double) * (size_t)n);
     int ok = ms != NULL;
-    for (int i = 0; ok && i < iters; i++) {
+    for (int i = 0; ok && i < n; i++) {
         float t = 0;
         ok = CK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
         if (ok) ms[i] = t;
     }
-    if (ok) *median_us = 1e3 * median(ms, iters);
+    if (ok) *median_us = 1e3 * median(ms, n);
     free(ms);
+    return ok;
+}
+
+/* One step of operand j: the untimed pre (may be NULL), then, when ev is
+ * given, op between the two events ev[0], ev[1]. */
+static int run_step(void *ctx, step_fn pre, step_fn op, int iter, cudaStream_t s, cudaEvent_t *ev)
+{
+    int ok = !pre || pre(ctx, iter, s);
+    ok = ok && (!ev || CK(cudaEventRecord(ev[0], s)));
+    ok = ok && op(ctx, iter, s);
+    return ok && (!ev || CK(cudaEventRecord(ev[1], s)));
+}
+
+/* n operands (ctx[j]) timed in turn: every round runs each operand's step
+ * once, the order reversed every other round, so that a drift of the GPU's
+ * clocks over the run, or a step's effect on the next one (the GPU's power
+ * state after a long step), falls on every operand alike. `warmup` untimed
+ * rounds, then `iters` timed ones; median_us[j]: operand j's median step (us).
+ * A bench that timed each backend's steps in one block measured the second
+ * backend 1-5 % slower than when it ran alone or first (2026-11-30). */
+int slice_time_interleaved(void *const *ctx, int n, step_fn pre, step_fn op, int warmup, int iters,
+                           cudaStream_t s, double *median_us)
+{
+    cudaEvent_t *ev = calloc((size_t)iters * 2 * (size_t)n, sizeof *ev);
+    int ok = ev != NULL && n >= 1, made = 0;
+    for (; ok && made < 2 * iters * n; made++) ok = CK(cudaEventCreate(&ev[made]));
+    for (int i = 0; ok && i < warmup + iters; i++)
+        for (int k = 0; ok && k < n; k++) {
+            int j = i % 2 ? n - 1 - k : k, timed = i >= warmup;
+            ok = run_step(ctx[j], pre, op, i, s, timed ? &ev[2 * ((size_t)j * iters + (i - warmup))] : NULL);
+        }
+    ok = CK(cudaStreamSynchronize(s)) && ok;
+    for (int j = 0; ok && j < n; j++) ok = elapsed_median(&ev[2 * (size_t)j * iters], iters, &median_us[j]);
+    for (int i = 0; i < made; i++)
+        if (ev[i]) CK(cudaEventDestroy(ev[i]));
+    free(ev);
     return ok;
 }
 
 /* Runs warm-up steps, then `iters` timed ones; each timed one is `op` between
  * two events, after the untimed `pre` (may be NULL). Median in microseconds. */
 int slice_time_steps(void *ctx, step_fn pre, step_fn op, int warmup, int iters, cudaStream_t s,
-                      double *median_us)
+                     double *median_us)
 {
-    cudaEvent_t *ev = calloc((size_t)iters * 2, sizeof *ev);
-    int ok = ev != NULL, made = 0;
-    for (; ok && made < 2 * iters; made++) ok = CK(cudaEventCreate(&ev[made]));
-    for (int i = 0; ok && i < warmup; i++) ok = (!pre || pre(ctx, i, s)) && op(ctx, i, s);
-    for (int i = 0; ok && i < iters; i++) {
-        ok = !pre || pre(ctx, warmup + i, s);
-        ok = ok && CK(cudaEventRecord(ev[2 * i], s));
-        ok = ok && op(ctx, warmup + i, s);
-        ok = ok && CK(cudaEventRecord(ev[2 * i + 1], s));
-    }
-    ok = CK(cudaStreamSynchronize(s)) && ok;
-    ok = ok && elapsed_median(ev, iters, median_us);
-    for (int i = 0; i < made; i++)
-        if (ev[i]) CK(cudaEventDestroy(ev[i]));
-    free(ev);
-    return ok;
+    return slice_time_interleaved(&ctx, 1, pre, op, warmup, iters, s, median_us);
 }
 
 /* ---- data ------------------------------------------------------------------------- */

@@ -56,6 +56,9 @@ typedef int (*step_fn)(void *ctx, int iter, cudaStream_t s);
  * two events, after the untimed `pre` (may be NULL). Median in microseconds. */
 int slice_time_steps(void *ctx, step_fn pre, step_fn op, int warmup, int iters, cudaStream_t s,
                      double *median_us);
+/* The same for n operands (ctx[0..n-1]) timed in turn, round by round (see slice.c). */
+int slice_time_interleaved(void *const *ctx, int n, step_fn pre, step_fn op, int warmup, int iters,
+                           cudaStream_t s, double *median_us);
 
 #define SLICE_MAX_RANKS 8   /* emulated ranks sharing one GPU */
 #define SLICE_MAX_WORLD 64  /* NCCL ranks (one per process), the library's limit */
