@@ -144,7 +144,7 @@ static int elapsed_median(cudaEvent_t *ev, int n, double *median_us)
     return ok;
 }
 
-/* One step of operand j: the untimed pre (may be NULL), then, when ev is
+/* One step of one operand: the untimed pre (may be NULL), then, when ev is
  * given, op between the two events ev[0], ev[1]. */
 static int run_step(void *ctx, step_fn pre, step_fn op, int iter, cudaStream_t s, cudaEvent_t *ev)
 {
