@@ -469,8 +469,7 @@ template <int BM, int MODE, int SB, bool FIRST>
 __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
 {
     const moe_ep_mega_args_t &a = p.a;
-    int mt, e, rows_valid, n0;
-    int64_t row0;
+    int mt, e, row0, rows_valid, n0; /* row0 32-bit (rows < 2^31, layer.c): a 64-bit one held into the tile spilled */
     {
         const mega_ctx c = ctx_of(a, sh);
         int n = FIRST ? c.n1 : c.n2;
@@ -482,11 +481,11 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         } else {
             mt = first + li / n, n0 = (li % n) * MEGA_BN;
         }
-        row0 = c.off[e] + (int64_t)(mt - c.tile_off[e]) * BM;
-        rows_valid = (int)min((int64_t)BM, (int64_t)c.off[e + 1] - row0);
         bool ok = FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
         if (!ok) return false;
+        row0 = c.off[e] + (mt - c.tile_off[e]) * BM; /* after the wait: nothing more held across it */
+        rows_valid = min(BM, c.off[e + 1] - row0);
         MEGA_TRACE_MARK(sh);
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }
@@ -530,12 +529,16 @@ __device__ void stage_y_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, uin
 }
 
 /* The group's tokens [first, first + count) summed from their rows staged
- * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk).
- * WIRE at compile time: the decode's per-slot branches fold (the combine is
- * bound by its instructions at 12 warps per SM, not by its loads). */
+ * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk),
+ * slot weights from slot_w[j K + k] (shared memory). WIRE at compile time:
+ * the decode's per-slot branches fold (the combine is bound by its
+ * instructions at 12 warps per SM, not by its loads). Each thread steps its
+ * (token jj, chunk ch) pair by blockDim.x chunks without a division, carried
+ * over from batch to batch; index math in 32 bits (registers: the kernel's
+ * register tiles sit at ptxas's edge). */
 template <int WIRE>
-__device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int first,
-                               int count)
+__device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh,
+                               const float *slot_w, int first, int count)
 {
     sh = pinned(sh);
     uint8_t *smem = (uint8_t *)sh - st.sh_offset;
@@ -551,17 +554,20 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
             stage_y_rows(a, c, smem + (size_t)b * stage_bytes, &sh->stage_full[b], b * per_stage,
                          min(per_stage, count - b * per_stage), db, sb);
     }
-    __syncthreads(); /* the barriers exist before anyone waits */
+    __syncthreads(); /* the barriers exist before anyone waits; slot_w written */
+    int jj = threadIdx.x / chunks, ch = threadIdx.x - jj * chunks; /* token of the batch, 8-column chunk */
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
-        const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
+        const int j0 = b * per_stage, n = min(per_stage, count - j0);
         MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase);
-        for (int i = threadIdx.x; i < total; i += blockDim.x) {
-            const int jj = i / chunks, j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j);
-            const int64_t t = first + j - sh->token_prefix[r];
-            const uint8_t *tok = smem + (size_t)s * stage_bytes + (size_t)jj * st.token_bytes;
+        const uint8_t *stage = smem + s * stage_bytes;
+        while (jj < n) {
+            const int j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j), t = first + j - sh->token_prefix[r];
+            const uint8_t *tok = stage + jj * st.token_bytes;
             combine_chunk_staged((moe_ep_wire_t)WIRE, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
-                                 a.io.weights[r] + t * d.K, a.io.out[r] + t * d.H, (i % chunks) * 8);
+                                 slot_w + j * d.K, a.io.out[r] + (int64_t)t * d.H, ch * 8);
+            for (ch += blockDim.x; ch >= chunks; ch -= chunks) jj++;
         }
+        jj -= per_stage; /* into the next batch (only the last batch holds fewer) */
         __syncthreads(); /* stage s read by every thread */
         if (threadIdx.x == 0 && b + stages < batches)
             stage_y_rows(a, c, smem + (size_t)s * stage_bytes, &sh->stage_full[s], j0 + stages * per_stage,
@@ -589,9 +595,17 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &s
     if (!__syncthreads_and(ok)) return false;
     MEGA_TRACE_MARK(sh);
     if (st.stages) {
-        if (d.wire == MOE_EP_WIRE_BF16) combine_staged<MOE_EP_WIRE_BF16>(a, st, sh, first, count);
-        else if (d.wire == MOE_EP_WIRE_MXFP8) combine_staged<MOE_EP_WIRE_MXFP8>(a, st, sh, first, count);
-        else combine_staged<MOE_EP_WIRE_FP4>(a, st, sh, first, count);
+        /* each slot's weight, once, over its expert (read by its own thread
+         * only, above); combine_staged's first barrier orders it */
+        float *slot_w = (float *)c.expert_s;
+        if (threadIdx.x < count * d.K) {
+            const int j = threadIdx.x / d.K, r = rank_of(sh->token_prefix, d.R, first + j);
+            const int t = first + j - sh->token_prefix[r];
+            slot_w[threadIdx.x] = c.rows_s[threadIdx.x] >= 0 ? __ldg(a.io.weights[r] + (int64_t)t * d.K + threadIdx.x % d.K) : 0.0f;
+        }
+        if (d.wire == MOE_EP_WIRE_BF16) combine_staged<MOE_EP_WIRE_BF16>(a, st, sh, slot_w, first, count);
+        else if (d.wire == MOE_EP_WIRE_MXFP8) combine_staged<MOE_EP_WIRE_MXFP8>(a, st, sh, slot_w, first, count);
+        else combine_staged<MOE_EP_WIRE_FP4>(a, st, sh, slot_w, first, count);
         return true;
     }
     /* the group's (token, chunk) pairs spread over the block */

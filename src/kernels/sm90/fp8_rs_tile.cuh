@@ -342,19 +342,19 @@ struct fr_stage_scales {
 };
 
 template <int FMT, int BMA>
-__device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, int64_t row0, int rows_valid,
+__device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, int row0, int rows_valid,
                                                           int64_t b_row, int cv, int t)
 {
     rows_valid = min(rows_valid, BMA); /* activation row t only while t < BMA */
     const int64_t b_sb = moe_ep_row_scale_bytes(g.b_fmt, g.K);
     fr_stage_scales r = {};
     if constexpr (FR_NV(FMT)) {
-        if (t < rows_valid) r.na = __ldcg((const uint2 *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+        if (t < rows_valid) r.na = __ldcg((const uint2 *)(g.a_scales + (int64_t)(row0 + t) * g.a_scale_stride) + cv);
     } else if constexpr (FR_MX(FMT)) {
-        if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+        if (t < rows_valid) r.wa = __ldcg((const uint32_t *)(g.a_scales + (int64_t)(row0 + t) * g.a_scale_stride) + cv);
     } else if (t < rows_valid) {
         /* loaded only: multiplied when staged, a stage later (a product here would wait for the loads) */
-        r.sx = __ldcg((const float *)(g.a_scales + (row0 + t) * g.a_scale_stride) + cv);
+        r.sx = __ldcg((const float *)(g.a_scales + (int64_t)(row0 + t) * g.a_scale_stride) + cv);
         r.sw[0] = __ldcg((const float *)(g.b_scales + b_row * b_sb) + cv);
         r.sw[1] = __ldcg((const float *)(g.b_scales + (b_row + 128) * b_sb) + cv);
     }
@@ -397,7 +397,7 @@ __device__ __forceinline__ void fr_registers_back_wait() { asm volatile("bar.syn
  * widening of A by all 128 threads. */
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
-                                           const CUtensorMap *tb, int e, int64_t row0, int rows_valid, int n0,
+                                           const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
                                            int n_k, int t)
 {
     const int64_t b_row = (int64_t)e * g.N + n0;
@@ -437,7 +437,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
             FR_TRACE(11);
             mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
-            tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), (int)row0);
+            tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers of the stage (rs_mults.cuh) */
                 bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT),
@@ -685,7 +685,7 @@ __device__ __forceinline__ uint8_t *fr_align_1024(uint8_t *smem_raw)
 
 template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
-                                            uint8_t *smem_raw, int e, int64_t row0, int rows_valid, int n0)
+                                            uint8_t *smem_raw, int e, int row0, int rows_valid, int n0)
 {
     typedef fr_smem<FMT, BMA> smem_t;
     static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");

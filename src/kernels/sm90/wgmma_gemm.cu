@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
         const tile_pos p = tile_pos_of<KIND>(g, tile, n_tiles);
         if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
-        else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
+        else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
         tile = next_tile;
         __syncthreads(); /* read by every thread before thread 0 writes the next */
