@@ -71,6 +71,10 @@ constexpr int mega_threads()
 struct mega_shared {
     uint64_t stage_full[MEGA_STAGES]; /* staged items: a stage's bulk copies landed */
     int32_t item, ok, mt;
+    int32_t next;                      /* the loop's next item, set by a GEMM run (-1: claim one) */
+    uint64_t run_full[2], run_empty[2]; /* a GEMM run's descriptor queue (gemm_run) */
+    int32_t run_q[2][6];               /* its descriptors: GEMM (1, 2; 0: the run ends), e, mt, row0, rows_valid, n0 */
+    int32_t run_end;                   /* the item that ended the run (-1: none: a wait failed) */
     int n_tok, n_count, tpi, n_groups, n1, n2, tiles; /* item counts (n_tok -1 before they are known); tiles -1 before the plan */
     int dpi, cpi;     /* tokens per dispatch item, per combine item (local rows); tpi: per link combine item */
     int n_combine;                                    /* combine items: token groups of the ranks combined here */
@@ -465,6 +469,21 @@ struct mega_params {
 template <int BM, int MODE>
 __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split_dims_t &d);
 
+/* GEMM item i (of one GEMM, n column blocks per m tile): its expert e, m
+ * tile mt and first column n0. */
+template <int MODE>
+__device__ __forceinline__ void gemm_item_tile(const mega_ctx &c, int E, int n, int i, int &e, int &mt, int &n0)
+{
+    e = tile_expert(c.tile_off, E, i / n); /* an expert's items are contiguous */
+    const int first = c.tile_off[e], li = i - first * n;
+    if constexpr (MODE == MODE_WGMMA) { /* column block by column block: split's bf16 order (wgmma_gemm.cu) */
+        const int m_e = c.tile_off[e + 1] - first;
+        mt = first + li % m_e, n0 = (li / m_e) * MEGA_BN;
+    } else {
+        mt = first + li / n, n0 = (li % n) * MEGA_BN;
+    }
+}
+
 template <int BM, int MODE, int SB, bool FIRST>
 __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
 {
@@ -472,15 +491,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     int mt, e, row0, rows_valid, n0; /* row0 32-bit (rows < 2^31, layer.c): a 64-bit one held into the tile spilled */
     {
         const mega_ctx c = ctx_of(a, sh);
-        int n = FIRST ? c.n1 : c.n2;
-        e = tile_expert(c.tile_off, a.d.E, i / n); /* an expert's items are contiguous */
-        const int first = c.tile_off[e], li = i - first * n;
-        if constexpr (MODE == MODE_WGMMA) { /* column block by column block: split's bf16 order (wgmma_gemm.cu) */
-            const int m_e = c.tile_off[e + 1] - first;
-            mt = first + li % m_e, n0 = (li / m_e) * MEGA_BN;
-        } else {
-            mt = first + li / n, n0 = (li % n) * MEGA_BN;
-        }
+        gemm_item_tile<MODE>(c, a.d.E, FIRST ? c.n1 : c.n2, i, e, mt, n0);
         bool ok = FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
         if (!ok) return false;
@@ -507,6 +518,136 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     const mega_ctx c = ctx_of(a, sh);
     block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
     return true;
+}
+
+/* ---- GEMM runs: the bf16 tile's items pipelined (MODE_WGMMA) ------------
+ * As split's wg_persistent: one ring over the block's tiles, the producer
+ * loading the next tile while the consumers store the last one's outputs
+ * from registers (bf16 outputs: GEMM1, and GEMM2 on the bf16 wire). Thread 0
+ * claims each next item itself once the current one's loads are issued (about
+ * WG_STAGES K steps before its end), waits for that item's rows, and passes
+ * the tile to the consumers through a 2-entry queue in shared memory. An item
+ * that is not such a GEMM item ends the run: the item loop takes it next.
+ * Deadlock-free as the item loop: a claimed item waits only on smaller ones,
+ * and the block's earlier items need no more of the producer's work. */
+
+/* The consumers' wait for the next descriptor: the producer's own waits are
+ * bounded (its dependency spin by timeout_ns, the ring by tile_wait_ns), so
+ * this gives up only past both (a bug: reported as a tile wait). */
+__device__ __forceinline__ bool run_wait(const moe_ep_mega_args_t &a, uint64_t *bar, int parity)
+{
+    long long start = 0;
+    for (;;) {
+        uint32_t done;
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+        if (done) return true;
+        if (start == 0) start = global_ns();
+        const moe_ep_mega_args_t *ap = pinned(&a); /* the bound made here, not held across the kernel */
+        if (tile_wait_failed || global_ns() - start > 2 * ap->timeout_ns + 2 * (long long)ap->d.tile_wait_ns) {
+            tile_wait_failed = 1u;
+            return false;
+        }
+    }
+}
+
+/* Thread 0: the run's producer, from item `item` (global index; GEMM1 item 0
+ * is `base`). */
+template <int BM, int MODE>
+__device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *sh, wg_smem &s, int item, int base)
+{
+    const mega_params &p = *pinned(&p_); /* parameters read here: nothing derived from them held across the kernel */
+    const moe_ep_mega_args_t &a = p.a;
+    const mega_ctx c = ctx_of(a, sh);
+    const int n_g1 = sh->tiles * c.n1, n_g2 = p.g2.out_fmt == MOE_EP_FORMAT_BF16 ? sh->tiles * c.n2 : 0;
+    int kg = 0;
+    for (int q = 0;; q++) {
+        const int j = item - base;
+        int gemm = item >= 0 && j >= 0 && j < n_g1 ? 1 : item >= 0 && j >= n_g1 && j < n_g1 + n_g2 ? 2 : 0;
+        int e = 0, mt = 0, n0 = 0, row0 = 0, rows_valid = 0;
+        if (gemm) {
+            gemm_item_tile<MODE>(c, a.d.E, gemm == 1 ? c.n1 : c.n2, gemm == 1 ? j : j - n_g1, e, mt, n0);
+            const bool ok = gemm == 1 ? spin_until(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                                      : spin_until(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
+            if (!ok) gemm = 0, item = -1;
+            row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+        }
+        mbar_wait_bounded(&sh->run_empty[q & 1], ((q >> 1) & 1) ^ 1, a.d.tile_wait_ns);
+        int32_t *dq = sh->run_q[q & 1];
+        dq[0] = gemm, dq[1] = e, dq[2] = mt, dq[3] = row0, dq[4] = rows_valid, dq[5] = n0;
+        if (!gemm) sh->run_end = item;
+        mbar_arrive(&sh->run_full[q & 1]); /* release: the descriptor before it */
+        if (!gemm) return;
+        asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote, acquired above */
+        if (gemm == 1) wg_load_tile(p.g1, s, &p.ta1, &p.tb1, p.g1.K / WG_BK, row0, e * p.g1.N + n0, kg);
+        else wg_load_tile(p.g2, s, &p.ta2, &p.tb2, p.g2.K / WG_BK, row0, e * p.g2.N + n0, kg);
+        /* a ring wait that gave up ends the run (-1), so the block ends too */
+        item = tile_wait_failed || moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
+    }
+}
+
+/* Consumer warpgroup h: the run's tiles until its end. The descriptor is
+ * read again after the K loop (nothing but the accumulators held across it)
+ * and its slot given back then. Each tile's outputs are fenced by every
+ * consumer, then one thread releases its done counter. */
+__device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *sh, wg_smem &s, int h, int t)
+{
+    int kg = 0;
+    for (int q = 0;; q++) {
+        if (!run_wait(p_.a, &sh->run_full[q & 1], (q >> 1) & 1)) return;
+        const int gemm = sh->run_q[q & 1][0];
+        if (!gemm) {
+            mbar_arrive(&sh->run_empty[q & 1]);
+            return;
+        }
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
+        wg_mma_tile(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg); /* p.g1: the waits' bound */
+        const mega_params &p = *pinned(&p_); /* as run_produce */
+        const int32_t *dq = pinned(sh)->run_q[q & 1];
+        tile_pos tp;
+        tp.e = dq[1], tp.row0 = dq[3], tp.rows_valid = dq[4], tp.n0 = dq[5];
+        if (dq[0] == 1) wg_store_bf16<true>(p.g1, d, tp, h, t); /* SwiGLU of column pairs */
+        else wg_store_bf16<false>(p.g2, d, tp, h, t);
+        const int32_t *dq2 = pinned(sh)->run_q[q & 1];
+        const int first = dq2[0] == 1, mt = dq2[2];
+        mbar_arrive(&sh->run_empty[q & 1]);
+        __threadfence();
+        wg_consumer_barrier();
+        if (h == 0 && t == 0) {
+            const mega_ctx c = ctx_of(p.a, sh);
+            red_release_add(first ? &c.g1_done[mt] : &c.g2_done[mt], 1);
+        }
+    }
+}
+
+/* Whole block: a run from GEMM item `item` (global index). Returns the item
+ * that ended it, for the item loop (-1: a wait failed). */
+template <int BM, int MODE>
+__device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, int item, int base)
+{
+    sh = pinned(sh), smem = pinned(smem); /* addresses derived here stay here */
+    wg_smem &s = *(wg_smem *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    if (threadIdx.x == 0) {
+        for (int q = 0; q < 2; q++) mbar_init(&sh->run_full[q], 1), mbar_init(&sh->run_empty[q], 256);
+        wg_ring_init<WG_STAGES>(p.g1, s.full, s.empty); /* and the fence for both */
+    }
+    __syncthreads();
+    if (wg == 0) {
+        if (t == 0) run_produce<BM, MODE>(p, sh, s, item, base);
+    } else {
+        run_consume(p, sh, s, wg - 1, t);
+    }
+    __syncthreads(); /* every TMA landed, every arrival made */
+    const int end = sh->run_end;
+    if (threadIdx.x == 0) {
+        wg_ring_inval<WG_STAGES>(p.g1, s.full, s.empty);
+        for (int q = 0; q < 2; q++) mbar_inval(&sh->run_full[q]), mbar_inval(&sh->run_empty[q]);
+    }
+    __syncthreads(); /* run_end read by all before the loop's thread 0 moves on */
+    return end;
 }
 
 /* Thread 0: the wire rows (data, then scales) of the group's tokens [j0,
@@ -882,7 +1023,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
         tile_wait_arm();
-        sh->n_tok = -1, sh->tiles = -1;
+        sh->n_tok = -1, sh->tiles = -1, sh->next = -1;
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
     }
@@ -892,8 +1033,11 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
     __syncthreads();
     for (;;) {
         MEGA_TRACE_CLOSE(sh);
-        if (threadIdx.x == 0)
-            sh->item = moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
+        if (threadIdx.x == 0) {
+            const bool failed = moe_ep_dev_failed(a.b.error);
+            sh->item = failed ? -1 : sh->next >= 0 ? sh->next : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
+            sh->next = -1;
+        }
         __syncthreads();
         int i = sh->item;
         __syncthreads();
@@ -919,6 +1063,15 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         }
         i -= sh->n_groups;
         int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2, n_rows = a.link.world ? sh->tiles : 0;
+        if constexpr (MODE == MODE_WGMMA) { /* bf16 outputs: pipelined over the block's GEMM items */
+            if (i < n_g1 || (i < n_g1 + n_g2 && pinned_int((int)p.g2.out_fmt) == MOE_EP_FORMAT_BF16)) {
+                MEGA_TRACE_OPEN(sh, i < n_g1 ? MOE_EP_MEGA_ITEM_GEMM1 : MOE_EP_MEGA_ITEM_GEMM2);
+                const int end = gemm_run<BM, MODE>(p, sh, smem, sh->item, n_send + sh->n_count + sh->n_groups);
+                if (end < 0) break;
+                if (threadIdx.x == 0) sh->next = end;
+                continue;
+            }
+        }
         bool ok;
         if (i < n_g1) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM1);

@@ -40,12 +40,6 @@ __device__ __forceinline__ void tile_of(const gemm_args &g, int tile, int n_tile
     }
 }
 
-/* Tile `tile` of a GEMM: its expert, first row, valid rows and first column. */
-struct tile_pos {
-    int e, n0, rows_valid;
-    int64_t row0;
-};
-
 template <int KIND>
 __device__ __forceinline__ tile_pos tile_pos_of(const gemm_args &g, int tile, int n_tiles)
 {
@@ -56,33 +50,6 @@ __device__ __forceinline__ tile_pos tile_pos_of(const gemm_args &g, int tile, in
     p.row0 = g.expert_offset[p.e] + (int64_t)(mt - g.tile_offset[p.e]) * tile_shape<KIND>::BM;
     p.rows_valid = (int)min((int64_t)tile_shape<KIND>::BM, (int64_t)g.expert_offset[p.e + 1] - p.row0);
     return p;
-}
-
-/* The bf16 tile's bf16 outputs straight from the accumulators of warpgroup
- * h (rows 64 h + 16 warp + lane / 4, + 8; columns 8 j + 2 (lane % 4), + 1),
- * rounded as epilogue_chunks does (moe_ep_pack_bf16x2; GLU: SwiGLU of
- * columns j and 128 + j first), so the same bytes. No C tile in shared
- * memory: the ring keeps filling for the next tile meanwhile. */
-template <bool GLU>
-__device__ __forceinline__ void wg_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
-{
-    const int warp = t / 32, lane = t % 32, q = lane % 4;
-    const int64_t c0 = GLU ? p.n0 / 2 : p.n0, pitch = 2 * (int64_t)g.N_out; /* bytes per output row */
-#pragma unroll
-    for (int half = 0; half < 2; half++) { /* rows r and r + 8 */
-        const int r = 64 * h + 16 * warp + lane / 4 + 8 * half;
-        if (r >= p.rows_valid) continue;
-        uint8_t *row = g.out + (p.row0 + r) * pitch;
-#pragma unroll
-        for (int j = 0; j < (GLU ? 16 : 32); j++) {
-            float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
-            if constexpr (GLU) {
-                lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
-                hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
-            }
-            *(uint32_t *)(row + 2 * (c0 + 8 * j + 2 * q)) = moe_ep_pack_bf16x2(lo, hi);
-        }
-    }
 }
 
 /* The bf16 GEMMs with bf16 outputs (GEMM1; GEMM2 on the bf16 wire), as one
@@ -104,13 +71,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
             int kg = 0;
             for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
                 const tile_pos p = tile_pos_of<TILE_BF16>(g, tile, n_tiles);
-                for (int kt = 0; kt < n_k; kt++, kg++) {
-                    const int st = kg % WG_STAGES;
-                    tile_wait(g, &s.empty[st], ((kg / WG_STAGES) & 1) ^ 1);
-                    mbar_expect_tx(&s.full[st], sizeof s.a[0] + sizeof s.b[0]);
-                    tma_load_2d(s.a[st], ta, &s.full[st], kt * WG_BK, (int)p.row0);
-                    tma_load_2d(s.b[st], tb, &s.full[st], kt * WG_BK, p.e * g.N + p.n0);
-                }
+                wg_load_tile(g, s, ta, tb, n_k, (int)p.row0, p.e * g.N + p.n0, kg);
             }
         }
     } else {
@@ -119,20 +80,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
         for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
             const tile_pos p = tile_pos_of<TILE_BF16>(g, tile, n_tiles);
             float d[128];
-            for (int kt = 0; kt < n_k; kt++, kg++) {
-                const int st = kg % WG_STAGES;
-                tile_wait(g, &s.full[st], (kg / WG_STAGES) & 1);
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
-                    wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * WG_BK]) + 2 * kk, smem_desc(&s.b[st][0]) + 2 * kk,
-                                          (kt > 0 || kk > 0) ? 1 : 0);
-                wgmma_commit();
-                wgmma_wait<1>();
-                if (kt > 0) mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]);
-            }
-            wgmma_wait<0>();
-            mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]); /* the tile's last stage */
+            wg_mma_tile(g, s, d, h, n_k, kg);
             wg_store_bf16<GLU>(g, d, p, h, t);
         }
     }

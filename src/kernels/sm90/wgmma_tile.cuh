@@ -114,6 +114,77 @@ __device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, cons
     epilogue<BM, BN, BN == 256>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
 }
 
+/* Tile `tile` of a GEMM: its expert, first row, valid rows and first column. */
+struct tile_pos {
+    int e, n0, rows_valid;
+    int64_t row0;
+};
+
+/* The bf16 tile's bf16 outputs straight from the accumulators of warpgroup
+ * h (rows 64 h + 16 warp + lane / 4, + 8; columns 8 j + 2 (lane % 4), + 1),
+ * rounded as epilogue_chunks does (moe_ep_pack_bf16x2; GLU: SwiGLU of
+ * columns j and 128 + j first), so the same bytes. No C tile in shared
+ * memory: the ring keeps filling for the next tile meanwhile. */
+template <bool GLU>
+__device__ __forceinline__ void wg_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+{
+    const int warp = t / 32, lane = t % 32, q = lane % 4;
+    const int64_t c0 = GLU ? p.n0 / 2 : p.n0, pitch = 2 * (int64_t)g.N_out; /* bytes per output row */
+#pragma unroll
+    for (int half = 0; half < 2; half++) { /* rows r and r + 8 */
+        const int r = 64 * h + 16 * warp + lane / 4 + 8 * half;
+        if (r >= p.rows_valid) continue;
+        uint8_t *row = g.out + (p.row0 + r) * pitch;
+#pragma unroll
+        for (int j = 0; j < (GLU ? 16 : 32); j++) {
+            float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
+            if constexpr (GLU) {
+                lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
+                hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
+            }
+            *(uint32_t *)(row + 2 * (c0 + 8 * j + 2 * q)) = moe_ep_pack_bf16x2(lo, hi);
+        }
+    }
+}
+
+/* The pipelined bf16 tiles (split's wg_persistent, mega's GEMM runs): one
+ * ring over a block's tiles, its K steps counted over them (kg: each step's
+ * slot and parity), so that the producer loads the next tile while the
+ * consumers store the last one's outputs from registers. */
+
+/* Producer thread: the tile's n_k K steps (A rows from a_row, B rows from b_row). */
+__device__ __forceinline__ void wg_load_tile(const gemm_args &g, wg_smem &s, const CUtensorMap *ta, const CUtensorMap *tb,
+                                             int n_k, int a_row, int b_row, int &kg)
+{
+    for (int kt = 0; kt < n_k; kt++, kg++) {
+        const int st = kg % WG_STAGES;
+        tile_wait(g, &s.empty[st], ((kg / WG_STAGES) & 1) ^ 1);
+        mbar_expect_tx(&s.full[st], sizeof s.a[0] + sizeof s.b[0]);
+        tma_load_2d(s.a[st], ta, &s.full[st], kt * WG_BK, a_row);
+        tma_load_2d(s.b[st], tb, &s.full[st], kt * WG_BK, b_row);
+    }
+}
+
+/* Consumer warpgroup h (rows 64 h .. 64 h + 63): the tile's K loop into d,
+ * every stage given back when done. */
+__device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg)
+{
+    for (int kt = 0; kt < n_k; kt++, kg++) {
+        const int st = kg % WG_STAGES;
+        tile_wait(g, &s.full[st], (kg / WG_STAGES) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
+            wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * WG_BK]) + 2 * kk, smem_desc(&s.b[st][0]) + 2 * kk,
+                                  (kt > 0 || kk > 0) ? 1 : 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0) mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]);
+    }
+    wgmma_wait<0>();
+    mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]); /* the tile's last stage */
+}
+
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
  * dynamic shared memory. ta / tb: tensor maps of A ([rows][K], box 128 x 64)
  * and B ([E * N][K], box 256 x 64), in parameter or global memory. The tile
