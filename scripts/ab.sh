@@ -7,7 +7,7 @@
 # SRC_A is the base; each other tree is compared with it. `.` is this tree.
 # A SRC that is an executable file is a `moe_ep` binary built before (e.g.
 #   on the CI machine, carried: it saves the device's build time; compare
-#   only binaries from one compiler).
+#   only binaries from one compiler). SRC.gz alone is unpacked first.
 #   Another commit, carried to the machine:
 #   git archive REF | tar -x -C build-carry/a   (run with carry build-carry)
 # AB_CMAKE_A, AB_CMAKE_B, ...: extra cmake arguments of each build, for
@@ -30,6 +30,9 @@ out=${OUT:-/tmp/moe_ep_out}; mkdir -p "$out"
 jobs=$(( $(nproc) / ${#srcs[@]} )); [ $jobs -ge 1 ] || jobs=1
 
 build() { # label, source
+  if [ ! -e "$2" ] && [ -f "$2.gz" ]; then # carried gzipped (the device's carry limit): unpack it first
+    gunzip -kf "$2.gz" && chmod +x "$2" || return 1
+  fi
   if [ -f "$2" ] && [ -x "$2" ]; then # a moe_ep binary built elsewhere: no build here
     mkdir -p "build-ab-$1/tools" && cp "$2" "build-ab-$1/tools/moe_ep"
     return
