@@ -205,22 +205,10 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
         float d[128];
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
-        int row_off = (wg - 1) * 64; /* this warpgroup's rows of the tile */
-        for (int kt = 0; kt < n_k; kt++) {
-            int st = kt % WG_STAGES;
-            tile_wait(g, &s.full[st], (kt / WG_STAGES) & 1);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
-                wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][row_off * WG_BK]) + 2 * kk,
-                                      smem_desc(&s.b[st][0]) + 2 * kk, (kt > 0 || kk > 0) ? 1 : 0);
-            wgmma_commit();
-            wgmma_wait<1>();
-            if (kt > 0) mbar_arrive(&s.empty[(kt - 1) % WG_STAGES]);
-        }
-        wgmma_wait<0>();
+        int kg = 0; /* the ring starts afresh with the tile */
+        wg_mma_tile(g, s, d, wg - 1, n_k, kg);
         int warp = t / 32, lane = t % 32;
-        wg_epilogue<32, WG_BM, WG_BN>(g, &s, d, row_off + 16 * warp + lane / 4, 0, lane, row0, rows_valid, n0);
+        wg_epilogue<32, WG_BM, WG_BN>(g, &s, d, (wg - 1) * 64 + 16 * warp + lane / 4, 0, lane, row0, rows_valid, n0);
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
     if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(g, s.full, s.empty);
