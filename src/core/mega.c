@@ -25,7 +25,7 @@ struct moe_ep_mega_state {
     /* NCCL groups: the link (world 0 otherwise), its heap and local arrays. */
     moe_ep_mega_link_t link;
     moe_ep_heap_t heap;
-    int32_t *row_slot;
+    int32_t *row_slot; /* [rows capacity] (mega_kernels.h) */
 };
 
 /* Ranks whose tokens become rows on this GPU. */
@@ -49,11 +49,11 @@ static int64_t link_heap_bytes(const moe_ep_layer_config_t *c, int W, moe_ep_meg
 size_t moe_ep_mega_device_bytes(moe_ep_group_t g, const moe_ep_layer_config_t *c)
 {
     int n = c->num_experts / g->world_size * g->local_ranks, W = source_ranks(g);
-    size_t bytes = moe_ep_split_buffer_bytes(c, W, n) + (size_t)counter_bytes(c, n, W);
+    int64_t rows = (int64_t)W * c->max_tokens_per_rank * c->top_k;
+    size_t bytes = moe_ep_split_buffer_bytes(c, W, n) + (size_t)counter_bytes(c, n, W) + sizeof(int32_t) * (size_t)rows;
     if (g->comm) {
         moe_ep_mega_link_t l;
-        int64_t rows = (int64_t)W * c->max_tokens_per_rank * c->top_k;
-        bytes += (size_t)link_heap_bytes(c, W, &l) + sizeof(int32_t) * (size_t)rows;
+        bytes += (size_t)link_heap_bytes(c, W, &l);
     }
     return bytes;
 }
@@ -72,12 +72,9 @@ static moe_ep_status_t link_create(moe_ep_layer_t l, struct moe_ep_mega_state *s
     const moe_ep_layer_config_t *c = &l->cfg;
     int W = g->world_size;
     moe_ep_mega_link_t *k = &s->link;
-    int64_t bytes = link_heap_bytes(c, W, k), rows = (int64_t)W * c->max_tokens_per_rank * c->top_k;
-    cudaError_t e = cudaMalloc((void **)&s->row_slot, sizeof(int32_t) * (size_t)rows);
-    MOE_EP_CHECK(cuda_status(e, "mega link buffers"));
+    int64_t bytes = link_heap_bytes(c, W, k);
     MOE_EP_CHECK(moe_ep_heap_create_mapped(g, (size_t)bytes, &s->heap));
     k->world = W, k->rank = g->first_rank, k->peers = (uint8_t *const *)s->heap.peers;
-    k->row_slot = s->row_slot;
     return MOE_EP_SUCCESS;
 }
 
@@ -117,6 +114,7 @@ moe_ep_status_t moe_ep_mega_create(moe_ep_layer_t l)
     cudaError_t e = cudaMalloc((void **)&s->counters, bytes);
     if (e == cudaSuccess) e = cudaMemset(s->counters, 0, bytes);
     if (e == cudaSuccess) e = cudaMemset(b.expert_count, 0, sizeof(int32_t) * (size_t)d.E);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&s->row_slot, sizeof(int32_t) * (size_t)d.R * d.T_max * d.K);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     MOE_EP_CHECK(cuda_status(e, "mega counters"));
     return l->group->comm ? link_create(l, s) : MOE_EP_SUCCESS;
@@ -194,6 +192,7 @@ moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t l, const moe_ep_forward_args_
     a.max_m_tiles = (int)s->max_m_tiles;
     a.timeout_ns = (long long)(l->cfg.timeout_seconds * 1e9);
     a.absent_rank = s->link.world ? -1 : s->absent_rank;
+    a.row_slot = s->row_slot;
     memset(&a.link, 0, sizeof a.link);
     if (s->link.world) {
         MOE_EP_CHECK(link_usable(l));

@@ -280,37 +280,31 @@ __device__ void count_item(const moe_ep_mega_args_t &a, mega_shared *sh, int ite
     block_signal(&c.ctr[MOE_EP_MEGA_CTR_COUNTED]);
 }
 
-/* Rows (and local experts) of token t of rank r into c.rows_s[j0 + k]. Threads
- * j0 .. j0 + K - 1 of the block; -1 for unused slots. */
-__device__ __forceinline__ void slot_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, int r, int t, int j0)
+/* The slots of the group's tokens [first, first + count) into rows_s /
+ * expert_s[j K + k] (count * K <= blockDim): thread j K + k takes slot k of
+ * token j, -1 for unused slots. One pass: the loop over the tokens it
+ * replaced (K threads each) waited a load round trip per token. */
+__device__ void group_slots(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh, int first, int count)
 {
-    int k = threadIdx.x - j0;
-    if (k < 0 || k >= a.d.K) return;
-    int64_t s = ((int64_t)r * a.d.T_max + t) * a.d.K + k;
-    int32_t pos = __ldcg(&a.b.slot_pos[s]), e = __ldcg(&a.io.ids[r][(int64_t)t * a.d.K + k]) - a.d.first_expert;
+    const int K = a.d.K, j = threadIdx.x / K, k = threadIdx.x - j * K;
+    if (j >= count) return;
+    const int r = rank_of(sh->token_prefix, a.d.R, first + j), t = first + j - sh->token_prefix[r];
+    int64_t s = ((int64_t)r * a.d.T_max + t) * K + k;
+    int32_t pos = __ldcg(&a.b.slot_pos[s]), e = __ldcg(&a.io.ids[r][(int64_t)t * K + k]) - a.d.first_expert;
     c.rows_s[threadIdx.x] = pos < 0 ? -1 : c.off[e] + pos;
     c.expert_s[threadIdx.x] = pos < 0 ? -1 : e;
 }
 
-/* The slots of the group's tokens [first, first + count) into rows_s /
- * expert_s[j K + k] (count * K <= blockDim). */
-__device__ void group_slots(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh, int first, int count)
-{
-    for (int j = 0; j < count; j++) {
-        int r = rank_of(sh->token_prefix, a.d.R, first + j);
-        slot_rows(a, c, r, first + j - sh->token_prefix[r], j * a.d.K);
-    }
-}
-
-/* Links: where each row of the group's slots came from (rows_item sends it back there). */
-__device__ __forceinline__ void dispatch_link_slots(const moe_ep_mega_args_t &a, const mega_ctx &c,
-                                                    const mega_shared *sh, int first, int count)
+/* Where each row of the group's slots came from (a.row_slot: links' row
+ * items send it back there, the gathering GEMM1 reads its x row there). */
+__device__ __forceinline__ void record_row_sources(const moe_ep_mega_args_t &a, const mega_ctx &c,
+                                                   const mega_shared *sh, int first, int count)
 {
     const moe_ep_split_dims_t &d = a.d;
-    if (a.link.world && threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
+    if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
         int j = threadIdx.x / d.K, r = rank_of(sh->token_prefix, d.R, first + j);
         int64_t t = first + j - sh->token_prefix[r];
-        a.link.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x % d.K);
+        a.row_slot[c.rows_s[threadIdx.x]] = (int32_t)(((int64_t)r * d.T_max + t) * d.K + threadIdx.x % d.K);
     }
 }
 
@@ -427,7 +421,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     }
     group_slots(a, c, sh, first, count);
     __syncthreads();
-    dispatch_link_slots(a, c, sh, first, count);
+    record_row_sources(a, c, sh, first, count);
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
         const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
@@ -456,7 +450,18 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     dispatch_signal(a, c, sh, first, count);
 }
 
-/* GEMM item i of GEMM 1 or 2: (m tile, 256 columns) once its inputs exist. */
+/* Dispatch item when GEMM1 gathers its A rows from x itself (mega_params.gather):
+ * only where each row comes from, then the rows count as ready. */
+__device__ void dispatch_sources(const moe_ep_mega_args_t &a, mega_shared *sh, int g)
+{
+    const mega_ctx c = ctx_of(a, sh);
+    const int first = g * sh->dpi, count = min(c.n_tok, first + sh->dpi) - first;
+    group_slots(a, c, sh, first, count);
+    __syncthreads();
+    record_row_sources(a, c, sh, first, count);
+    dispatch_signal(a, c, sh, first, count);
+}
+
 /* Kernel parameters: the GEMM arguments are built on the host so that the tiles
  * read them from the parameter bank, not from registers. */
 struct mega_params {
@@ -464,6 +469,7 @@ struct mega_params {
     gemm_args g1, g2;
     CUtensorMap ta1, tb1, ta2, tb2; /* the TMA modes: A and B of GEMM1 and GEMM2 (else unset) */
     mega_staging xs, ys;            /* staged dispatch (bf16 x rows) and combine (a token's K wire rows) */
+    int gather; /* the bf16 GEMM runs: GEMM1 reads its A rows from x (every x 16-byte aligned), no row copies */
 };
 
 template <int BM, int MODE>
@@ -524,12 +530,18 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
  * As split's wg_persistent: one ring over the block's tiles, the producer
  * loading the next tile while the consumers store the last one's outputs
  * from registers (bf16 outputs: GEMM1, and GEMM2 on the bf16 wire). Thread 0
- * claims each next item itself once the current one's loads are issued (about
- * WG_STAGES K steps before its end), waits for that item's rows, and passes
- * the tile to the consumers through a 2-entry queue in shared memory. An item
- * that is not such a GEMM item ends the run: the item loop takes it next.
+ * claims each next item itself RUN_CLAIM_AHEAD K steps before the current
+ * one's loads end, then waits for that item's rows and passes the tile to
+ * the consumers through a 2-entry queue in shared memory. An item that is
+ * not such a GEMM item ends the run: the item loop takes it next.
  * Deadlock-free as the item loop: a claimed item waits only on smaller ones,
- * and the block's earlier items need no more of the producer's work. */
+ * and the block's earlier items need no more of the producer's work.
+ *
+ * Gathering GEMM1 (mega_params.gather: every x 16-byte aligned): the
+ * dispatch writes no bf16 rows, only each row's source (a.row_slot); the
+ * producer warpgroup copies the A rows from x itself. The dispatch's
+ * 467 MB at flash T = 8192 (T K rows written and read back) become T K row
+ * reads, and GEMM1 can start ~20 us into the forward instead of ~160. */
 
 /* The consumers' wait for the next descriptor: the producer's own waits are
  * bounded (its dependency spin by timeout_ns, the ring by tile_wait_ns), so
@@ -551,38 +563,125 @@ __device__ __forceinline__ bool run_wait(const moe_ep_mega_args_t &a, uint64_t *
     }
 }
 
-/* Thread 0: the run's producer, from item `item` (global index; GEMM1 item 0
- * is `base`). */
+/* Thread 0: the run's next tile from item `item` (global index; GEMM1 item 0
+ * is `base`) once its inputs exist, into descriptor slot q % 2 (gemm 0: the
+ * run ends, at `item`). */
 template <int BM, int MODE>
-__device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *sh, wg_smem &s, int item, int base)
+__device__ __forceinline__ void run_claim(const mega_params &p, mega_shared *sh, int item, int base, int q)
 {
-    const mega_params &p = *pinned(&p_); /* parameters read here: nothing derived from them held across the kernel */
     const moe_ep_mega_args_t &a = p.a;
     const mega_ctx c = ctx_of(a, sh);
     const int n_g1 = sh->tiles * c.n1, n_g2 = p.g2.out_fmt == MOE_EP_FORMAT_BF16 ? sh->tiles * c.n2 : 0;
+    const int j = item - base;
+    int gemm = item >= 0 && j >= 0 && j < n_g1 ? 1 : item >= 0 && j >= n_g1 && j < n_g1 + n_g2 ? 2 : 0;
+    int e = 0, mt = 0, n0 = 0, row0 = 0, rows_valid = 0;
+    if (gemm) {
+        gemm_item_tile<MODE>(c, a.d.E, gemm == 1 ? c.n1 : c.n2, gemm == 1 ? j : j - n_g1, e, mt, n0);
+        const bool ok = gemm == 1 ? spin_until(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                                  : spin_until(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
+        if (!ok) gemm = 0, item = -1;
+        row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+    }
+    mbar_wait_bounded(&sh->run_empty[q & 1], ((q >> 1) & 1) ^ 1, a.d.tile_wait_ns);
+    int32_t *dq = sh->run_q[q & 1];
+    dq[0] = gemm, dq[1] = e, dq[2] = mt, dq[3] = row0, dq[4] = rows_valid, dq[5] = n0;
+    if (!gemm) sh->run_end = item;
+    mbar_arrive(&sh->run_full[q & 1]); /* release: the descriptor before it */
+}
+
+/* Thread 0: the next item of the loop (-1 once the forward failed). */
+__device__ __forceinline__ int claim_next(const moe_ep_mega_args_t &a)
+{
+    return moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
+}
+
+__device__ __forceinline__ void run_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
+
+/* Producer thread t of a gathering GEMM1 tile: A rows come from their
+ * tokens' x rows (found through a.row_slot) by 16-byte cp.async into the
+ * 128-byte swizzled layout TMA gives (chunk c of row r at chunk c ^ r % 8).
+ * Thread t copies chunk t % 8 of rows t / 8 + 16 i, so each warp instruction
+ * reads 4 whole 128-byte lines (lane per row: 2x the L2 sectors, 20 % slower
+ * at T = 2048). Rows past rows_valid stay unwritten: their outputs are never
+ * stored. src[i]: row t / 8 + 16 i's chunk, NULL past rows_valid. */
+__device__ __forceinline__ void gather_rows(const moe_ep_mega_args_t &a, const int32_t *dq, int t, const uint16_t *(&src)[8])
+{
+    const int row0 = dq[3], rows_valid = dq[4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int r = (t >> 3) + 16 * i;
+        src[i] = NULL;
+        if (r < rows_valid) {
+            const int tok = __ldcg(&a.row_slot[row0 + r]) / a.d.K, rk = tok / a.d.T_max; /* rk * T_max + token */
+            src[i] = a.io.x[rk] + (int64_t)(tok - rk * a.d.T_max) * a.d.H + 8 * (t & 7);
+        }
+    }
+}
+
+/* K steps kt0 .. kt1 - 1 of a gathering GEMM1 tile: B by thread 0's TMA, A by
+ * every thread's copies, each thread's making its arrival on the stage (129
+ * with the expect_tx). */
+__device__ __forceinline__ void gather_steps(const mega_params &p, wg_smem &s, const int32_t *dq, int t,
+                                             const uint16_t *const (&src)[8], int kt0, int kt1, int &kg)
+{
+    const int e = dq[1], n0 = dq[5];
+    const uint32_t off = (uint32_t)(t >> 3) * 128u + ((uint32_t)((t & 7) ^ ((t >> 3) & 7)) << 4);
+    for (int kt = kt0; kt < kt1; kt++, kg++) {
+        const int st = kg % WG_STAGES;
+        tile_wait(p.g1, &s.empty[st], ((kg / WG_STAGES) & 1) ^ 1);
+        if (t == 0) {
+            mbar_expect_tx(&s.full[st], sizeof s.b[0]);
+            tma_load_2d(s.b[st], &p.tb1, &s.full[st], kt * WG_BK, e * p.g1.N + n0);
+        }
+        const uint32_t base = smem_u32(s.a[st]) + off;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (src[i]) cp_async16(base + 16u * 128u * (uint32_t)i, src[i] + kt * WG_BK);
+        cp_async_mbar_arrive(&s.full[st]);
+    }
+}
+
+/* K steps before a tile's end at which thread 0 claims the run's next item:
+ * its atomic's round trip then overlaps the last loads instead of following
+ * them (claimed any earlier, the item would wait longer for this block). */
+#define RUN_CLAIM_AHEAD 8
+
+/* Producer warpgroup (thread t): the run's tiles. Thread 0 claims each next
+ * item RUN_CLAIM_AHEAD K steps before the current one's loads end, and once
+ * they are issued passes it on through the descriptor queue; the warpgroup
+ * then loads it: gathering GEMM1 tiles all 128 threads, the others thread 0
+ * alone by TMA (arriving for the rest). */
+template <int BM, int MODE>
+__device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *sh, wg_smem &s, int item, int base, int t)
+{
+    const mega_params &p = *pinned(&p_); /* parameters read here: nothing derived from them held across the kernel */
     int kg = 0;
     for (int q = 0;; q++) {
-        const int j = item - base;
-        int gemm = item >= 0 && j >= 0 && j < n_g1 ? 1 : item >= 0 && j >= n_g1 && j < n_g1 + n_g2 ? 2 : 0;
-        int e = 0, mt = 0, n0 = 0, row0 = 0, rows_valid = 0;
-        if (gemm) {
-            gemm_item_tile<MODE>(c, a.d.E, gemm == 1 ? c.n1 : c.n2, gemm == 1 ? j : j - n_g1, e, mt, n0);
-            const bool ok = gemm == 1 ? spin_until(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
-                                      : spin_until(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
-            if (!ok) gemm = 0, item = -1;
-            row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
-        }
-        mbar_wait_bounded(&sh->run_empty[q & 1], ((q >> 1) & 1) ^ 1, a.d.tile_wait_ns);
-        int32_t *dq = sh->run_q[q & 1];
-        dq[0] = gemm, dq[1] = e, dq[2] = mt, dq[3] = row0, dq[4] = rows_valid, dq[5] = n0;
-        if (!gemm) sh->run_end = item;
-        mbar_arrive(&sh->run_full[q & 1]); /* release: the descriptor before it */
+        if (t == 0) run_claim<BM, MODE>(p, sh, item, base, q);
+        run_producer_barrier(); /* the descriptor, seen by the warpgroup */
+        const int32_t *dq = sh->run_q[q & 1];
+        const int gemm = dq[0], n_k = (gemm == 1 ? p.g1.K : p.g2.K) / WG_BK, mid = max(0, n_k - RUN_CLAIM_AHEAD);
         if (!gemm) return;
-        asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote, acquired above */
-        if (gemm == 1) wg_load_tile(p.g1, s, &p.ta1, &p.tb1, p.g1.K / WG_BK, row0, e * p.g1.N + n0, kg);
-        else wg_load_tile(p.g2, s, &p.ta2, &p.tb2, p.g2.K / WG_BK, row0, e * p.g2.N + n0, kg);
+        const int e = dq[1], row0 = dq[3], n0 = dq[5];
+        if (gemm == 1 && p.gather) {
+            const uint16_t *src[8];
+            gather_rows(p.a, dq, t, src);
+            gather_steps(p, s, dq, t, src, 0, mid, kg);
+            if (t == 0) item = claim_next(p.a);
+            gather_steps(p, s, dq, t, src, mid, n_k, kg);
+        } else if (t == 0) {
+            asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote, acquired above */
+            const bool g1 = gemm == 1;
+            const gemm_args &g = g1 ? p.g1 : p.g2;
+            const CUtensorMap *ta = g1 ? &p.ta1 : &p.ta2, *tb = g1 ? &p.tb1 : &p.tb2;
+            wg_load_steps(g, s, ta, tb, 0, mid, row0, e * g.N + n0, kg, 128);
+            item = claim_next(p.a);
+            wg_load_steps(g, s, ta, tb, mid, n_k, row0, e * g.N + n0, kg, 128);
+        } else {
+            kg += n_k;
+        }
         /* a ring wait that gave up ends the run (-1), so the block ends too */
-        item = tile_wait_failed || moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
+        if (t == 0 && tile_wait_failed) item = -1;
     }
 }
 
@@ -603,7 +702,8 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
         float d[128];
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
-        wg_mma_tile(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg); /* p.g1: the waits' bound */
+        /* p.g1: the waits' bound; gathered A: fenced per stage (free: 0.99-1.01 without it) */
+        wg_mma_tile(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather);
         const mega_params &p = *pinned(&p_); /* as run_produce */
         const int32_t *dq = pinned(sh)->run_q[q & 1];
         tile_pos tp;
@@ -632,11 +732,11 @@ __device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, in
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int q = 0; q < 2; q++) mbar_init(&sh->run_full[q], 1), mbar_init(&sh->run_empty[q], 256);
-        wg_ring_init<WG_STAGES>(p.g1, s.full, s.empty); /* and the fence for both */
+        wg_ring_init<WG_STAGES>(p.g1, s.full, s.empty, 129); /* the producer warpgroup and the expect_tx; the fence for both */
     }
     __syncthreads();
     if (wg == 0) {
-        if (t == 0) run_produce<BM, MODE>(p, sh, s, item, base);
+        run_produce<BM, MODE>(p, sh, s, item, base, t);
     } else {
         run_consume(p, sh, s, wg - 1, t);
     }
@@ -904,7 +1004,7 @@ __device__ bool rows_item(const moe_ep_mega_args_t &a, mega_shared *sh, int mt)
     moe_ep_format_t yf = moe_ep_wire_format(d.wire);
     int64_t yd = moe_ep_row_data_bytes(yf, d.H), ys = moe_ep_row_scale_bytes(yf, d.H), per_rank = (int64_t)d.T_max * d.K;
     for (int j = 0; j < n; j++) {
-        int64_t src = __ldcg(&l.row_slot[row0 + j]), slot = src % per_rank;
+        int64_t src = __ldcg(&a.row_slot[row0 + j]), slot = src % per_rank;
         uint8_t *h = peer_heap(l, (int)(src / per_rank));
         copy_out(h + l.y_off + slot * yd, a.b.y + (row0 + j) * yd, yd, threadIdx.x, blockDim.x);
         if (ys) copy_out(h + l.ys_off + slot * ys, a.b.y_scales + (row0 + j) * ys, ys, threadIdx.x, blockDim.x);
@@ -912,7 +1012,7 @@ __device__ bool rows_item(const moe_ep_mega_args_t &a, mega_shared *sh, int mt)
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x < n) {
-        int64_t src = __ldcg(&l.row_slot[row0 + threadIdx.x]);
+        int64_t src = __ldcg(&a.row_slot[row0 + threadIdx.x]);
         st_release_sys(&ctrl_of(peer_heap(l, (int)(src / per_rank)), l.world).rows[src % per_rank], sh->epoch + 1u);
     }
     return true;
@@ -1058,7 +1158,8 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
-            dispatch_group<mega_act_format<MODE, SB>()>(a, p.xs, sh, i);
+            if (MODE == MODE_WGMMA && p.gather) dispatch_sources(a, sh, i);
+            else dispatch_group<mega_act_format<MODE, SB>()>(a, p.xs, sh, i);
             continue;
         }
         i -= sh->n_groups;
@@ -1158,6 +1259,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     if (mega_act_format<MODE, SB>() != (int)moe_ep_path_act_format(a->d.path))
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: instance for another activation format", name);
     plan_staging<BM, MODE>(a, &p);
+    p.gather = MODE == MODE_WGMMA && p.xs.bulk; /* bulk: every x row 16-byte aligned */
     if (!p.xs.stages) /* not reached: moe_ep_mega_unsupported refuses such hidden sizes first */
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: hidden too large for the dispatch's shared memory", name);
     int64_t rows = (int64_t)a->d.R * a->d.T_max * a->d.K; /* rows of every source rank's slots: the buffers' capacity */

@@ -5,6 +5,7 @@
  * Work items, in one global order taken from an atomic counter:
  *   count     slots -> per-expert positions (ids checked)         [slot chunks]
  *   dispatch  tokens quantized into their expert rows             [token groups]
+ *             (bf16 on the wgmma tile: only each row's source; GEMM1 reads x)
  *   gemm1     GEMM1 + SwiGLU + requant tiles (m tile x 256 cols)  [tiles x 2I/256]
  *   gemm2     GEMM2 + wire tiles (m tile x 256 cols)              [tiles x H/256]
  *   combine   weighted sums of a token's rows -> out              [token groups]
@@ -70,7 +71,6 @@ typedef struct moe_ep_mega_link {
     int world, rank;            /* world 0: no link (an emulated group) */
     uint8_t *const *peers;      /* device array [world]: heap bases, own included */
     int64_t t_off, ids_off, x_off, y_off, ys_off; /* heap layout (bytes) */
-    int32_t *row_slot;          /* [rows capacity] local: source slot (r * T_max + t) * K + k of a row */
     const uint16_t *x_own;      /* this rank's forward inputs */
     const int32_t *ids_own;
     const int32_t *t_own_device; /* or NULL: t_own_host */
@@ -85,6 +85,8 @@ typedef struct moe_ep_mega_args {
     int max_m_tiles;      /* capacity of gemm1_done / gemm2_done */
     long long timeout_ns; /* bound of every wait */
     int absent_rank;      /* tests: this local rank's tokens never arrive; -1 = none */
+    int32_t *row_slot;    /* [rows capacity]: each row's source slot (r * T_max + t) * K + k, written by the
+                             dispatch items (links: where row items send it; bf16: where GEMM1 reads its x row) */
     moe_ep_mega_link_t link;
 } moe_ep_mega_args_t;
 

@@ -32,6 +32,29 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *b)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
 }
 
+/* n arrivals at once (a producer that stands in for threads with nothing to copy). */
+__device__ __forceinline__ void mbar_arrive_n(uint64_t *b, uint32_t n)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(n) : "memory");
+}
+
+/* 16 bytes global -> shared through L2 only (cp.async.cg; both 16-byte aligned). */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+/* One arrival on b once this thread's earlier cp.async copies have landed
+ * (.noinc: it counts towards the barrier's expected arrivals). */
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *b)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+
+/* Before wgmma (async proxy) reads shared memory that cp.async or stores
+ * (generic proxy) wrote, by the reading threads once they saw it complete. */
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 /* Waits for the phase of the given parity. Intra-CTA: the producer and the
  * consumers of one CTA are always resident together, and every phase is
  * completed by a finite number of TMA copies or arrivals. Unbounded: the

@@ -45,12 +45,13 @@ struct wg_smem {
 __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
 /* The ring's mbarriers, by thread 0 (then the caller synchronises): full[i]
- * completes on the producer's arrival plus the TMA bytes, empty[i] on the 256
- * consumer threads' arrivals (the bounded waits are armed once per kernel). */
+ * completes on the producers' arrivals (one, or mega's gathering warpgroup:
+ * 129) plus the TMA bytes, empty[i] on the 256 consumer threads' arrivals
+ * (the bounded waits are armed once per kernel). */
 template <int NS>
-__device__ __forceinline__ void wg_ring_init(const gemm_args &g, uint64_t *full, uint64_t *empty)
+__device__ __forceinline__ void wg_ring_init(const gemm_args &g, uint64_t *full, uint64_t *empty, int producers = 1)
 {
-    for (int i = 0; i < NS; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 256);
+    for (int i = 0; i < NS; i++) mbar_init(&full[i], producers), mbar_init(&empty[i], 256);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
@@ -152,26 +153,39 @@ __device__ __forceinline__ void wg_store_bf16(const gemm_args &g, const float *d
  * slot and parity), so that the producer loads the next tile while the
  * consumers store the last one's outputs from registers. */
 
-/* Producer thread: the tile's n_k K steps (A rows from a_row, B rows from b_row). */
-__device__ __forceinline__ void wg_load_tile(const gemm_args &g, wg_smem &s, const CUtensorMap *ta, const CUtensorMap *tb,
-                                             int n_k, int a_row, int b_row, int &kg)
+/* Producer thread: the tile's K steps kt0 .. kt1 - 1 (A rows from a_row, B
+ * rows from b_row); `others` more arrivals per stage for producers the ring
+ * counts that load nothing. */
+__device__ __forceinline__ void wg_load_steps(const gemm_args &g, wg_smem &s, const CUtensorMap *ta, const CUtensorMap *tb,
+                                              int kt0, int kt1, int a_row, int b_row, int &kg, uint32_t others)
 {
-    for (int kt = 0; kt < n_k; kt++, kg++) {
+    for (int kt = kt0; kt < kt1; kt++, kg++) {
         const int st = kg % WG_STAGES;
         tile_wait(g, &s.empty[st], ((kg / WG_STAGES) & 1) ^ 1);
         mbar_expect_tx(&s.full[st], sizeof s.a[0] + sizeof s.b[0]);
+        if (others) mbar_arrive_n(&s.full[st], others);
         tma_load_2d(s.a[st], ta, &s.full[st], kt * WG_BK, a_row);
         tma_load_2d(s.b[st], tb, &s.full[st], kt * WG_BK, b_row);
     }
 }
 
+/* Producer thread: the tile's n_k K steps. */
+__device__ __forceinline__ void wg_load_tile(const gemm_args &g, wg_smem &s, const CUtensorMap *ta, const CUtensorMap *tb,
+                                             int n_k, int a_row, int b_row, int &kg)
+{
+    wg_load_steps(g, s, ta, tb, 0, n_k, a_row, b_row, kg, 0);
+}
+
 /* Consumer warpgroup h (rows 64 h .. 64 h + 63): the tile's K loop into d,
- * every stage given back when done. */
-__device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg)
+ * every stage given back when done. a_by_threads: A came by cp.async
+ * (generic proxy), so each stage is fenced before wgmma reads it. */
+__device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+                                            bool a_by_threads = false)
 {
     for (int kt = 0; kt < n_k; kt++, kg++) {
         const int st = kg % WG_STAGES;
         tile_wait(g, &s.full[st], (kg / WG_STAGES) & 1);
+        if (a_by_threads) fence_proxy_async_shared();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
