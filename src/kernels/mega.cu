@@ -1287,6 +1287,9 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
  * 64 rows, 384 threads; tile_rows is then one of those). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
+#ifdef MOE_EP_MEGA_ONE_INSTANCE /* scripts/ptxas_mega.sh: ptxas's report of one instance in seconds, not all in minutes */
+    return launch<MOE_EP_MEGA_ONE_BM, MOE_EP_MEGA_ONE_MODE, MOE_EP_MEGA_ONE_SB>(a, s);
+#else
     bool small = a->d.tile_rows == 16;
     switch (moe_ep_path_act_format(a->d.path)) {
     case MOE_EP_FORMAT_BF16:
@@ -1310,6 +1313,7 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
             return a->d.tile_rows == 64 ? launch<64, MODE_NV_RS, 0>(a, s) : launch<FR_BM, MODE_NV_RS, 0>(a, s);
         return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }
+#endif
 }
 
 /* The ring of the smallest tile (BM 16): the dispatch stages its bf16 tokens
