@@ -595,6 +595,11 @@ __device__ __forceinline__ int claim_next(const moe_ep_mega_args_t &a)
     return moe_ep_dev_failed(a.b.error) ? -1 : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
 }
 
+/* A run's producer warpgroup: each of its threads arrives once per stage
+ * (gathering tiles: after its copies; TMA tiles: thread 0 for all of them),
+ * besides thread 0's expect_tx arrival. */
+#define RUN_PRODUCERS 128
+
 __device__ __forceinline__ void run_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
 
 /* Producer thread t of a gathering GEMM1 tile: A rows come from their
@@ -619,8 +624,8 @@ __device__ __forceinline__ void gather_rows(const moe_ep_mega_args_t &a, const i
 }
 
 /* K steps kt0 .. kt1 - 1 of a gathering GEMM1 tile: B by thread 0's TMA, A by
- * every thread's copies, each thread's making its arrival on the stage (129
- * with the expect_tx). */
+ * every thread's copies, each thread's making its arrival on the stage (with
+ * the expect_tx, 1 + RUN_PRODUCERS). */
 __device__ __forceinline__ void gather_steps(const mega_params &p, wg_smem &s, const int32_t *dq, int t,
                                              const uint16_t *const (&src)[8], int kt0, int kt1, int &kg)
 {
@@ -674,9 +679,9 @@ __device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *
             const bool g1 = gemm == 1;
             const gemm_args &g = g1 ? p.g1 : p.g2;
             const CUtensorMap *ta = g1 ? &p.ta1 : &p.ta2, *tb = g1 ? &p.tb1 : &p.tb2;
-            wg_load_steps(g, s, ta, tb, 0, mid, row0, e * g.N + n0, kg, 128);
+            wg_load_steps(g, s, ta, tb, 0, mid, row0, e * g.N + n0, kg, RUN_PRODUCERS);
             item = claim_next(p.a);
-            wg_load_steps(g, s, ta, tb, mid, n_k, row0, e * g.N + n0, kg, 128);
+            wg_load_steps(g, s, ta, tb, mid, n_k, row0, e * g.N + n0, kg, RUN_PRODUCERS);
         } else {
             kg += n_k;
         }
@@ -732,7 +737,7 @@ __device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, in
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int q = 0; q < 2; q++) mbar_init(&sh->run_full[q], 1), mbar_init(&sh->run_empty[q], 256);
-        wg_ring_init<WG_STAGES>(p.g1, s.full, s.empty, 129); /* the producer warpgroup and the expect_tx; the fence for both */
+        wg_ring_init<WG_STAGES>(p.g1, s.full, s.empty, 1 + RUN_PRODUCERS); /* and the fence for both */
     }
     __syncthreads();
     if (wg == 0) {
