@@ -521,6 +521,8 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
+    if constexpr (MODE_RS(MODE))
+        if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
     const mega_ctx c = ctx_of(a, sh);
     block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
     return true;
@@ -1261,6 +1263,8 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     mega_params p;
     memset(&p, 0, sizeof p);
     p.a = *a, p.g1 = moe_ep_gemm1_args(a->d, a->b), p.g2 = moe_ep_gemm2_args(a->d, a->b);
+    if (MODE_RS(MODE)) /* the register tile claims the block's next item early (fr_claimed) */
+        p.g1.claim_counter = p.g2.claim_counter = &a->counters[MOE_EP_MEGA_CTR_WORK];
     if (mega_act_format<MODE, SB>() != (int)moe_ep_path_act_format(a->d.path))
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: instance for another activation format", name);
     plan_staging<BM, MODE>(a, &p);

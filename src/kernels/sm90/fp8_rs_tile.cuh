@@ -176,6 +176,7 @@ struct fr_smem {
     int64_t row0;                     /* the tile's place, for the epilogue: kept here, not in */
     int rows_valid, n0;               /* registers across the K loop (the consumers need them all) */
     float c_scale;                    /* NVFP4: 1 / (S_x S_w), applied to the sums; else 1 */
+    int claimed;                      /* the item claimed by thread 0 (g.claim_counter), else unset */
 };
 
 #define FR_SMEM_BYTES(FMT, BMA) (sizeof(fr_smem<FMT, BMA>) + 1024)
@@ -703,6 +704,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     if (wg == 0) {
         setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
         fr_produce<FMT, BMA>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        /* the next item's claim: its atomic's round trip runs beside the
+         * consumers' last stages and the epilogue, not after them */
+        if (t == 0 && g.claim_counter) s.claimed = atomicAdd(g.claim_counter, 1);
         FR_TRACE(7);
         fr_registers_back_wait(); /* asleep until the consumers gave their registers back */
         setmaxnreg_inc<FR_LAUNCH_REGS>();
@@ -771,6 +775,14 @@ __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem
 {
     fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_align_1024<FMT == RS_FP8_BLOCK>(smem_raw);
     epilogue<BMA, FR_BN, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
+}
+
+/* The item thread 0 claimed in the tile just run (g.claim_counter set); for
+ * thread 0 itself, which wrote it: no barrier needed. */
+template <int FMT, int BMA>
+__device__ __forceinline__ int fr_claimed(uint8_t *smem_raw)
+{
+    return ((fr_smem<FMT, BMA> *)fr_align_1024<FMT == RS_FP8_BLOCK>(smem_raw))->claimed;
 }
 
 /* The tile's format for a GEMM's operand formats (-1: none). */

@@ -24,6 +24,9 @@ struct gemm_args {
     const uint32_t *b_mult;        /* MX and NVFP4 weights on the register tile: their multiplier
                                       records (rs_mults.cuh), else NULL */
     uint32_t wait_ns;              /* bound of the tiles' pipeline waits (tile_wait, moe_ep_tile_wait_ns) */
+    int32_t *claim_counter;        /* mega's item counter: the register tile's thread 0 claims the
+                                      block's next item from it once its last load is out
+                                      (fr_claimed); NULL: no claim (split) */
 };
 
 /* GEMM1 (xq . W13^T, SwiGLU, requant -> aq) and GEMM2 (aq . W2^T -> y, wire)
@@ -35,7 +38,7 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm1_args(const moe_ep_spl
                    b.aq, b.aq_scales, d.fc2_scale, d.H, 2 * d.I, d.I, d.E, d.swiglu_limit,
                    b.expert_offset, b.tile_offset, b.error,
                    (int)moe_ep_act_scale_stride(af, d.H), moe_ep_act_scale_stride(af, d.I), b.w13_mult,
-                   d.tile_wait_ns};
+                   d.tile_wait_ns, NULL};
     return g;
 }
 
@@ -47,7 +50,7 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm2_args(const moe_ep_spl
                    d.fc2_scale, b.y, b.y_scales, 1.0f, d.I, d.H, d.H, d.E, 0.0f,
                    b.expert_offset, b.tile_offset, b.error,
                    (int)moe_ep_act_scale_stride(af, d.I), moe_ep_row_scale_bytes(yf, d.H), b.w2_mult,
-                   d.tile_wait_ns};
+                   d.tile_wait_ns, NULL};
     return g;
 }
 
