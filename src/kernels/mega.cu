@@ -1142,6 +1142,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         MEGA_TRACE_CLOSE(sh);
         if (threadIdx.x == 0) {
             const bool failed = moe_ep_dev_failed(a.b.error);
+            /* next: claimed ahead by the last GEMM item (the bf16 runs' end, the register tile's fr_claimed) */
             sh->item = failed ? -1 : sh->next >= 0 ? sh->next : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
             sh->next = -1;
         }
