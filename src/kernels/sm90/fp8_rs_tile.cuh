@@ -428,7 +428,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
 #ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
             fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
 #endif
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* generic writes -> wgmma reads */
+            fence_proxy_async_shared(); /* generic writes -> wgmma reads */
             mbar_arrive(&s.raw_empty[rs]);
             mbar_arrive(&s.cvt_full[cs]);
         }
