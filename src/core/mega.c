@@ -135,8 +135,10 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
 
 static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k)
 {
-    /* 16; 128: the wgmma tile (bf16); else the large mma.sync tile (mega.cu: 64, or 32 for bf16 and fp8_block) */
-    a->d.tile_rows = k->gemm_tile_rows == 16 || k->gemm_tile_rows == 128 ? k->gemm_tile_rows : 64;
+    /* 16; 32 (the register tile only); 128: the wgmma tiles; else the large tile (mega.cu: the register
+     * tile's 64 rows, the mma.sync tiles' 64, or 32 for bf16 and fp8_block) */
+    const int t = k->gemm_tile_rows;
+    a->d.tile_rows = t == 16 || t == 32 || t == 128 ? t : 64;
     a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
 }
 

@@ -27,7 +27,7 @@
 #define MEGA_BN 256 /* tile columns of both GEMMs */
 /* The TMA + wgmma tiles instead of gemm_tile's mma.sync (384 threads): bf16
  * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows),
- * the FP8 register tile (fp8_rs_tile.cuh, 128 or 64 rows). */
+ * the FP8 register tile (fp8_rs_tile.cuh, 128, 64, 32 or 16 rows). */
 #define MODE_WGMMA 3
 #define MODE_QGMMA 4
 #define MODE_FP8_RS 5 /* the register tile (fp8_rs_tile.cuh): FP8-BLOCK */
@@ -515,7 +515,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
          * runs after the tile as a call (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
         constexpr bool AFTER = BM == 128;
-        fp8_rs_tile<FMT, BM, BM == 64, !AFTER>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
     }
     else
@@ -1287,14 +1287,30 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     return moe_ep_launch_check(name);
 }
 
+/* The register tile of mode MODE with a->d.tile_rows activation rows (128,
+ * 64, 32; 16 but for NVFP4: moe_ep_single_tile_allows). */
+template <int MODE, int SB>
+static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
+{
+    switch (a->d.tile_rows) {
+    case FR_BM: return launch<FR_BM, MODE, SB>(a, s);
+    case 64: return launch<64, MODE, SB>(a, s);
+    case 32: return launch<32, MODE, SB>(a, s);
+    default:
+        if constexpr (MODE != MODE_NV_RS)
+            if (a->d.tile_rows == 16) return launch<16, MODE, SB>(a, s);
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "mega: no %d-row register tile", a->d.tile_rows);
+    }
+}
+
 /* Small tiles: 16 rows. Large: 64 rows (512 threads) for NVFP4; 32 rows
  * (256 threads) for bf16, FP8-BLOCK, MXFP8 and W4A8, whose 64-row instances
  * spill here (see the tile rows note above; MXFP8 / W4A8 since the staged
  * dispatch); tile_rows 128 with bf16: the TMA
  * + HGMMA tile (384 threads); FP8-BLOCK layers with fp8_fast_accum: the QGMMA
- * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK and
- * MXFP8 where their shapes allow: the exact fp16 HGMMA register tile (128 or
- * 64 rows, 384 threads; tile_rows is then one of those). */
+ * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK, MXFP8,
+ * W4A8 and NVFP4 where their shapes allow: the exact fp16 HGMMA register tile
+ * (128, 64, 32 or 16 rows, 384 threads; tile_rows is then one of those). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
 #ifdef MOE_EP_MEGA_ONE_INSTANCE /* scripts/ptxas_mega.sh: ptxas's report of one instance in seconds, not all in minutes */
@@ -1308,19 +1324,18 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
                                        : launch<32, MODE_BF16, 0>(a, s);
     case MOE_EP_FORMAT_MXFP8:
         if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) {
-            if (a->d.path == MOE_EP_PATH_W4A8)
-                return a->d.tile_rows == 64 ? launch<64, MODE_W4_RS, 32>(a, s) : launch<FR_BM, MODE_W4_RS, 32>(a, s);
-            return a->d.tile_rows == 64 ? launch<64, MODE_MX_RS, 32>(a, s) : launch<FR_BM, MODE_MX_RS, 32>(a, s);
+            if (a->d.path == MOE_EP_PATH_W4A8) return launch_rs<MODE_W4_RS, 32>(a, s);
+            return launch_rs<MODE_MX_RS, 32>(a, s);
         }
         return small ? launch<16, MODE_FP8, 32>(a, s) : launch<32, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
         if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
         if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
-            return a->d.tile_rows == 64 ? launch<64, MODE_FP8_RS, 128>(a, s) : launch<FR_BM, MODE_FP8_RS, 128>(a, s);
+            return launch_rs<MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);
     default:
         if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
-            return a->d.tile_rows == 64 ? launch<64, MODE_NV_RS, 0>(a, s) : launch<FR_BM, MODE_NV_RS, 0>(a, s);
+            return launch_rs<MODE_NV_RS, 0>(a, s);
         return small ? launch<16, MODE_CVT, 0>(a, s) : launch<64, MODE_CVT, 0>(a, s);
     }
 #endif

@@ -113,7 +113,8 @@ MOE_EP_HD int64_t moe_ep_mega_counter_count(int E, int64_t max_m_tiles)
 /* Largest hidden size and expert count the kernel takes (shared memory). */
 #define MOE_EP_MEGA_MAX_EXPERTS 1024
 
-/* Enqueues the forward. a->d.tile_rows 16 or 64 (32 for bf16 and fp8_block: mega.cu); a->d.gemm_ctas_per_sm caps the
+/* Enqueues the forward. a->d.tile_rows 16 or 64 (32 for bf16 and fp8_block: mega.cu); the register tile's 128, 64,
+ * 32 or 16; 128 bf16's HGMMA tile; a->d.gemm_ctas_per_sm caps the
  * blocks per SM (0: as many as fit). MOE_EP_ERROR_UNSUPPORTED when the
  * geometry does not fit the kernel (H % 256, shared memory). */
 moe_ep_status_t moe_ep_launch_mega(const moe_ep_mega_args_t *a, moe_ep_stream_t stream);

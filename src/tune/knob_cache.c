@@ -34,7 +34,10 @@ static int device_ok(const char *d)
 
 static int bucket_ok(int t) { return t >= 1 && t <= MOE_EP_KNOB_MAX_TOKENS && (t & (t - 1)) == 0; }
 static int dim_ok(int v) { return v >= 1 && v <= DIM_MAX; }
-static int knobs_ok(int tile, int ctas) { return (tile == 16 || tile == 64 || tile == 128) && ctas >= 1 && ctas <= 4; }
+static int knobs_ok(int tile, int ctas)
+{
+    return (tile == 16 || tile == 32 || tile == 64 || tile == 128) && ctas >= 1 && ctas <= 4;
+}
 static int us_ok(double us) { return isfinite(us) && us >= 0.0 && us < US_MAX; }
 
 static int key_ok(const moe_ep_knob_key_t *k)
@@ -53,7 +56,7 @@ moe_ep_status_t moe_ep_knob_entry_check(const moe_ep_knob_entry_t *e)
     MOE_EP_REQUIRE(bucket_ok(e->tokens), "knob entry: tokens %d is not a power of two in [1, %d]",
                    e->tokens, MOE_EP_KNOB_MAX_TOKENS);
     MOE_EP_REQUIRE(knobs_ok(e->tile_rows, e->ctas_per_sm),
-                   "knob entry: gemm_tile_rows %d (16, 64 or 128) or gemm_ctas_per_sm %d (1..4) invalid",
+                   "knob entry: gemm_tile_rows %d (16, 32, 64 or 128) or gemm_ctas_per_sm %d (1..4) invalid",
                    e->tile_rows, e->ctas_per_sm);
     MOE_EP_REQUIRE(us_ok(e->us), "knob entry: us %g not in [0, %g)", e->us, US_MAX);
     return MOE_EP_SUCCESS;

@@ -38,7 +38,7 @@ typedef struct moe_ep_knob_key {
 typedef struct moe_ep_knob_entry {
     moe_ep_knob_key_t key;
     int tokens;      /* token bucket: a power of two */
-    int tile_rows;   /* 16 or 64 */
+    int tile_rows;   /* 16, 32, 64 or 128 */
     int ctas_per_sm; /* 1..4 */
     double us;       /* measured p50, informational */
 } moe_ep_knob_entry_t;

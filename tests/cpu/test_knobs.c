@@ -148,8 +148,8 @@ static void test_round_trip(void)
     free(text);
     moe_ep_knob_table_free(&t), moe_ep_knob_table_free(&back);
     moe_ep_knob_entry_t bad = e[0];
-    bad.tile_rows = 32;
-    EXPECT(moe_ep_knob_entry_check(&bad) == MOE_EP_ERROR_INVALID_ARGUMENT, "tile rows 32 accepted");
+    bad.tile_rows = 48;
+    EXPECT(moe_ep_knob_entry_check(&bad) == MOE_EP_ERROR_INVALID_ARGUMENT, "tile rows 48 accepted");
     bad = e[0], bad.tokens = 24;
     EXPECT(moe_ep_knob_table_put(&t, &bad) == MOE_EP_ERROR_INVALID_ARGUMENT, "tokens 24 accepted");
     moe_ep_knob_table_free(&t);
@@ -243,7 +243,7 @@ static void test_version(void)
 static void test_malformed(void)
 {
     static const char *bad[] = {
-        "device=gpu path=mxfp8 wire=bf16 backend=split world=1 E=32 K=6 H=4096 I=2048 tokens=64 : gemm_tile_rows=32 gemm_ctas_per_sm=2",
+        "device=gpu path=mxfp8 wire=bf16 backend=split world=1 E=32 K=6 H=4096 I=2048 tokens=64 : gemm_tile_rows=48 gemm_ctas_per_sm=2",
         "device=gpu path=mxfp8 wire=bf16 backend=split world=1 E=32 K=6 H=4096 I=2048 tokens=64 : gemm_tile_rows=16 gemm_ctas_per_sm=5",
         "device=gpu path=mxfp8 wire=bf16 backend=split world=1 E=32 K=6 H=4096 I=2048 tokens=64 : gemm_tile_rows=16 gemm_ctas_per_sm=0",
         "device=gpu path=mxfp8 wire=bf16 backend=split world=1 E=32 K=6 H=4096 I=2048 tokens=64 : gemm_tile_rows=16",
@@ -567,19 +567,32 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     moe_ep_layer_destroy(l);
     static const moe_ep_path_t one_tile[4] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8, MOE_EP_PATH_W4A8,
                                               MOE_EP_PATH_NVFP4};
-    for (int i = 0; i < 4; i++) { /* with H % 256, I % 128: the register tile at every T, 64 rows while */
-        const char *name = moe_ep_path_name(one_tile[i]); /* experts get <= 32 rows on average, else 128 */
+    for (int i = 0; i < 4; i++) { /* with H % 256, I % 128: the register tile at every T; rows per expert */
+        const char *name = moe_ep_path_name(one_tile[i]); /* on average <= 4: 16 (NVFP4 32), <= 16: 32, <= 32: 64 */
+        const int nv = one_tile[i] == MOE_EP_PATH_NVFP4;
         l = ref_layer(g, one_tile[i], 256, NULL, 1);
-        moe_ep_knobs_t x16 = MOE_EP_KNOBS_INIT;
+        moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
         k = resolve(l, 1, 1, &src);
+        EXPECT_KNOBS(k, src, nv ? 32 : 16, 0, MOE_EP_KNOBS_HEURISTIC);
+        k = resolve(l, 8, 1, &src); /* 32 rows over 8 experts */
+        EXPECT_KNOBS(k, src, nv ? 32 : 16, 0, MOE_EP_KNOBS_HEURISTIC);
+        k = resolve(l, 9, 1, &src);
+        EXPECT_KNOBS(k, src, 32, 0, MOE_EP_KNOBS_HEURISTIC);
+        k = resolve(l, 32, 1, &src);
+        EXPECT_KNOBS(k, src, 32, 0, MOE_EP_KNOBS_HEURISTIC);
+        k = resolve(l, 33, 1, &src);
         EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
         k = resolve(l, 64, 1, &src); /* 256 rows over 8 experts */
         EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
         k = resolve(l, 65, 1, &src);
         EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
         EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "%s candidates: %d", name, n);
-        x16.gemm_tile_rows = 16;
-        EXPECT(moe_ep_knobs_force(l, &x16) != MOE_EP_SUCCESS, "%s: 16-row knobs accepted", name);
+        x.gemm_tile_rows = 48;
+        EXPECT(moe_ep_knobs_force(l, &x) != MOE_EP_SUCCESS, "%s: 48-row knobs accepted", name);
+        x.gemm_tile_rows = 16;
+        EXPECT((moe_ep_knobs_force(l, &x) == MOE_EP_SUCCESS) == !nv, "%s: 16-row knobs", name);
+        x.gemm_tile_rows = 32;
+        EXPECT(moe_ep_knobs_force(l, &x) == MOE_EP_SUCCESS, "%s: 32-row knobs refused", name);
         moe_ep_layer_destroy(l);
     }
     moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
@@ -612,11 +625,16 @@ static void test_layer_api(moe_ep_group_t g)
     k = (moe_ep_knobs_t)MOE_EP_KNOBS_INIT;
     k.gemm_tile_rows = 128, c.hidden = 128, c.path = MOE_EP_PATH_NVFP4;
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "128 rows on nvfp4, hidden 128");
-    c.hidden = 256, c.path = MOE_EP_PATH_MXFP8; /* the quantized paths: their register tile, 64 or 128 rows, only */
+    c.hidden = 256, c.path = MOE_EP_PATH_MXFP8; /* the quantized paths: their register tile, 16 to 128 rows, only */
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on mxfp8: %s", moe_ep_last_error());
     moe_ep_layer_destroy(l);
-    k.gemm_tile_rows = 16;
-    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "16 rows on mxfp8");
+    k.gemm_tile_rows = 48;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "48 rows on mxfp8");
+    k.gemm_tile_rows = 16, c.path = MOE_EP_PATH_NVFP4;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_ERROR_INVALID_ARGUMENT, "16 rows on nvfp4");
+    k.gemm_tile_rows = 32;
+    EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "32 rows on nvfp4: %s", moe_ep_last_error());
+    moe_ep_layer_destroy(l);
     k.gemm_tile_rows = 128, c.path = MOE_EP_PATH_BF16;
     EXPECT(moe_ep_layer_create(g, &c, &l) == MOE_EP_SUCCESS, "128 rows on bf16: %s", moe_ep_last_error());
     moe_ep_layer_destroy(l);

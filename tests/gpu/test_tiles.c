@@ -88,7 +88,8 @@ static void spread_blocks(uint16_t *m, int rows, int n, int span)
 }
 
 /* Large batch (128-row tiles for bf16) vs the reference, and its first tokens
- * run alone (16-row tiles) and in a medium batch (64-row tiles), bit for bit.
+ * run alone in smaller batches (16- or 64-row mma.sync tiles; the register
+ * tile's 16- to 64-row instances), bit for bit.
  * spread: activations and W13 with 32-blocks of very different magnitudes. */
 static void test_path(moe_ep_path_t path, int spread, uint64_t *rng)
 {
@@ -116,14 +117,17 @@ static void test_path(moe_ep_path_t path, int spread, uint64_t *rng)
             printf("    token %zu col %zu: gpu %g ref %g\n", i / H, i % H, moe_ep_bf16_to_f32(big[i]), moe_ep_bf16_to_f32(ref[i]));
             shown++;
         }
-    st = gpu_run(&f, path, 0, 8, T, small);
-    EXPECT(st == MOE_EP_SUCCESS, "%s 8 tokens: %s", moe_ep_path_name(path), moe_ep_last_error());
-    EXPECT(memcmp(small, big, (size_t)8 * H * 2) == 0, "%s: 8 tokens alone differ from the same tokens in a batch of %d",
-           moe_ep_path_name(path), T);
-    st = gpu_run(&f, path, 0, 96, T, mid);
-    EXPECT(st == MOE_EP_SUCCESS, "%s 96 tokens: %s", moe_ep_path_name(path), moe_ep_last_error());
-    EXPECT(memcmp(mid, big, (size_t)96 * H * 2) == 0, "%s: 96 tokens differ from the same tokens in a batch of %d",
-           moe_ep_path_name(path), T);
+    /* 4, 12, 20 and 48 rows per expert on average: the register tile's 16-
+     * (NVFP4 32-), 32-, 64- and 128-row instances; bf16 16, 16, 128, 128 */
+    static const int firsts[] = {8, 24, 40, 96};
+    for (int i = 0; i < 4; i++) {
+        const int n_tok = firsts[i];
+        uint16_t *part = i == 0 ? small : mid;
+        st = gpu_run(&f, path, 0, n_tok, T, part);
+        EXPECT(st == MOE_EP_SUCCESS, "%s %d tokens: %s", moe_ep_path_name(path), n_tok, moe_ep_last_error());
+        EXPECT(memcmp(part, big, (size_t)n_tok * H * 2) == 0,
+               "%s: %d tokens alone differ from the same tokens in a batch of %d", moe_ep_path_name(path), n_tok, T);
+    }
     free(big), free(ref), free(small), free(mid);
     fixture_free(&f);
 }

@@ -79,7 +79,7 @@
 #define FR_TRACE(point) ((void)0)
 #endif
 
-#define FR_BM 128  /* activation rows (the wgmma N): 128, or 64 for decode-sized batches */
+#define FR_BM 128  /* activation rows (the wgmma N): 128, or 64, 32, 16 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
 #define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
@@ -91,8 +91,8 @@
  * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
  * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
 #define FR_LAUNCH_REGS 168
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 
 enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 
@@ -128,9 +128,9 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * stage is held from its TMA until the consumers have read its weights, so
  * its load latency must hide behind the other stages' compute. At 128 rows
  * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 2
- * (3 spills its mega kernel). 64 rows: E4M3 3, E2M1 4. */
+ * (3 spills its mega kernel). 64 rows or fewer: E4M3 3, E2M1 4. */
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
-#define FR_RAW_OF(FMT, BMA) ((BMA) == 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
+#define FR_RAW_OF(FMT, BMA) ((BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
 #endif
 /* fp16 activation stages (BMA x 128 fp16: 32 KB at 128 rows): 3, so that the
  * producer can widen a stage ahead of a slow one (2 made producer and
@@ -208,12 +208,34 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float *d, const uint32_t
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+/* d[16] (+)= A (64 x 16 f16, registers a[4]) . B^T (32 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n32k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+/* d[8] (+)= A (64 x 16 f16, registers a[4]) . B^T (16 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n16k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 /* The tile's wgmma: N = BMA activation rows. */
 template <int BMA>
 __device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
+    static_assert(BMA == 128 || BMA == 64 || BMA == 32 || BMA == 16, "the register tile's activation rows");
     if constexpr (BMA == 128) wgmma_m64n128k16_f16_rs(d, a, db, scale_d);
-    else wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
+    else if constexpr (BMA == 64) wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
+    else if constexpr (BMA == 32) wgmma_m64n32k16_f16_rs(d, a, db, scale_d);
+    else wgmma_m64n16k16_f16_rs(d, a, db, scale_d);
 }
 
 
@@ -290,8 +312,8 @@ __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
  * on its own activation row only), as the garbage rows of a partial tile's
  * TMA box always did. At decode (a few rows per expert in a 64-row tile)
  * that skips 3 of 4 groups: the lab measured the producer's widening at
- * 11-15 % of the decode tile's time (FR_LAB_SKIP_WIDEN). The 64-row
- * instance only: in the 128-row one (T >= 512: mostly full tiles) the test
+ * 11-15 % of the decode tile's time (FR_LAB_SKIP_WIDEN). The instances of
+ * 64 rows or fewer only: in the 128-row one (T >= 512: mostly full tiles) the test
  * made the mega kernel's producer spill (16 bytes). */
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am,
@@ -300,7 +322,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
     if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
 #pragma unroll
         for (int i = 0; i < BMA * 4 / 128; i++) {
-            if (BMA == 64 && 32 * i >= rows_valid) break; /* rows 32 i .. 32 i + 31: none valid */
+            if (BMA <= 64 && 32 * i >= rows_valid) break; /* rows 32 i .. 32 i + 31: none valid */
             int r = t / 4 + 32 * i, j = t % 4;
             uint4 v = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
             uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -316,7 +338,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
     } else {
 #pragma unroll
         for (int i = 0; i < BMA * 8 / 128; i++) {
-            if (BMA == 64 && 16 * i >= rows_valid) break; /* rows 16 i .. 16 i + 15: none valid */
+            if (BMA <= 64 && 16 * i >= rows_valid) break; /* rows 16 i .. 16 i + 15: none valid */
             int r = t / 8 + 16 * i, j = t % 8;
             uint4 lo, hi;
             e4m3x16_to_f16(fr_lds128(smem_u32(raw) + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
@@ -486,10 +508,10 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
  * word kk / 2, bytes 2 (kk % 2) and 2 (kk % 2) + 1 the same for step kk. */
 #define FR_WORDS(FMT) (FR_E2M1(FMT) ? 4 : 8) /* words per row, lane and stage */
 /* Words of a row loaded ahead of their first use: all of a block's at its
- * start (the 64-row instances, NVFP4), else one (FP8-BLOCK) or none (MXFP8,
+ * start (the instances of 64 rows or fewer, NVFP4), else one (FP8-BLOCK) or none (MXFP8,
  * W4A8): the 128-row instances run at the register limit (the mega kernel
  * spills otherwise). */
-#define FR_AHEAD(FMT, BMA) ((BMA) == 64 || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
+#define FR_AHEAD(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
 
 /* Word wi of m64 block B's rows g (*x) and g + 8 (*y) in raw stage rs. */
 template <int FMT>
@@ -665,7 +687,7 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
 /* CHUNK_EPILOGUE: the epilogue by chunks of 8 columns per lane
  * (epilogue_chunks, the same bytes; off where the caller lacks the
  * registers). EPILOGUE false: none, the caller runs fr_epilogue_after. */
-/* Every thread of a 384-thread block calls it; BMA = 128 or 64 activation
+/* Every thread of a 384-thread block calls it; BMA = 128, 64, 32 or 16 activation
  * rows (the same sums, bit for bit: each output element is one m64nNk16
  * chain whatever N); ta / tb: raw maps with boxes of BMA x 128 and 256 x 128
  * bytes (128-byte swizzle). Ends with the block
@@ -690,6 +712,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
 {
     typedef fr_smem<FMT, BMA> smem_t;
     static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
+    static_assert(!FR_NV(FMT) || BMA >= 32, "NVFP4's widening takes activation rows 32 at a time");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)fr_align_1024<FMT == RS_FP8_BLOCK && !EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;

@@ -61,7 +61,8 @@ static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_
 /* The TMA + wgmma kernel (wgmma_gemm.cu) for tile_rows 128 (bf16), for
  * FP8-BLOCK layers with fp8_fast_accum (the QGMMA tile; tile_rows is then 64:
  * the knobs allow nothing else) and for the FP8 register tile of FP8-BLOCK
- * and MXFP8 (128 or 64 rows, the only choices); else mma.sync, 16 or 64 rows. */
+ * MXFP8, W4A8 and NVFP4 (128, 64, 32 or 16 rows: moe_ep_single_tile_allows);
+ * else mma.sync, 16 or 64 rows. */
 template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
@@ -70,14 +71,14 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
     if (qgmma && d.tile_rows != QG_BM)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: FP8-BLOCK with %d-row tiles (the QGMMA tile has %d)", name,
                            d.tile_rows, QG_BM);
-    if (qgmma) return moe_ep_launch_gemm_wgmma(g, TILE_QGMMA, rows, d.num_sms, s, name);
+    if (qgmma) return moe_ep_launch_gemm_wgmma(g, TILE_QGMMA, 0, rows, d.num_sms, s, name);
     if (moe_ep_rs_tile_fits(d.path, d.H, d.I)) {
-        if (d.tile_rows != 64 && d.tile_rows != 128)
-            return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: %d-row tiles (the register tile has 64 or 128)", name,
-                               d.tile_rows);
-        return moe_ep_launch_gemm_wgmma(g, d.tile_rows == 64 ? TILE_RS_64 : TILE_RS, rows, d.num_sms, s, name);
+        if (!moe_ep_single_tile_allows(d.path, d.H, d.I, d.fp8_fast_accum, d.tile_rows))
+            return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: %d-row tiles (the register tile has 128, 64, 32 or 16)",
+                               name, d.tile_rows);
+        return moe_ep_launch_gemm_wgmma(g, TILE_RS, d.tile_rows, rows, d.num_sms, s, name);
     }
-    if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, rows, d.num_sms, s, name);
+    if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, 0, rows, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

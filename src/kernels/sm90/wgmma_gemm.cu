@@ -1,20 +1,21 @@
 /* Grouped GEMM on the Hopper TMA + wgmma tiles: a persistent grid walks the
  * output tiles (tile -> expert and row block through the plan's tile prefix),
  * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
- * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), the
- * or the exact FP8 register tile of FP8-BLOCK, MXFP8 and W4A8 (fp16 HGMMA
- * with the weights in registers, 128 or 64 x 256, fp8_rs_tile.cuh). */
+ * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), or the
+ * exact register tile of FP8-BLOCK, MXFP8, W4A8 and NVFP4 (fp16 HGMMA
+ * with the weights in registers, 128, 64, 32 or 16 x 256, fp8_rs_tile.cuh). */
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
-/* Instances: TILE_BF16, TILE_QGMMA, or KIND_RS + 2 x the register tile's
- * format (+ 1: its 64-row instance). */
+/* Instances: TILE_BF16, TILE_QGMMA, or KIND_RS + 4 x the register tile's
+ * format + its size (0: 128 activation rows, 1: 64, 2: 32, 3: 16). */
 #define KIND_RS 8
+#define RS_KIND(FMT, SIZE) (KIND_RS + 4 * (FMT) + (SIZE))
 
 template <int KIND>
 struct tile_shape {
     static constexpr bool RS = KIND >= KIND_RS;
-    static constexpr int RS_FMT = RS ? (KIND - KIND_RS) / 2 : 0;
-    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? ((KIND - KIND_RS) % 2 ? 64 : FR_BM) : 64, BN = 256;
+    static constexpr int RS_FMT = RS ? (KIND - KIND_RS) / 4 : 0;
+    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? FR_BM >> ((KIND - KIND_RS) % 4) : 64, BN = 256;
     static constexpr size_t SMEM = KIND == TILE_BF16    ? WG_SMEM_BYTES
                                    : KIND == TILE_QGMMA ? QG_SMEM_BYTES
                                                         : FR_SMEM_BYTES(RS_FMT, BM);
@@ -136,26 +137,33 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     return moe_ep_launch_check(name);
 }
 
-/* The register tile of format FMT: the 64-row instance (small) or the 128-row one. */
+/* The register tile of format FMT with rs_rows activation rows (128, 64,
+ * 32; 16 but for NVFP4, whose widening takes rows 32 at a time). */
 template <int FMT>
-static moe_ep_status_t launch_rs(const gemm_args &g, bool small, int64_t rows_capacity, int num_sms, cudaStream_t s,
+static moe_ep_status_t launch_rs(const gemm_args &g, int rs_rows, int64_t rows_capacity, int num_sms, cudaStream_t s,
                                  const char *name)
 {
-    return small ? launch<KIND_RS + 2 * FMT + 1>(g, rows_capacity, num_sms, s, name)
-                 : launch<KIND_RS + 2 * FMT>(g, rows_capacity, num_sms, s, name);
+    switch (rs_rows) {
+    case 128: return launch<RS_KIND(FMT, 0)>(g, rows_capacity, num_sms, s, name);
+    case 64: return launch<RS_KIND(FMT, 1)>(g, rows_capacity, num_sms, s, name);
+    case 32: return launch<RS_KIND(FMT, 2)>(g, rows_capacity, num_sms, s, name);
+    default:
+        if constexpr (!FR_NV(FMT))
+            if (rs_rows == 16) return launch<RS_KIND(FMT, 3)>(g, rows_capacity, num_sms, s, name);
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no %d-row register tile", name, rs_rows);
+    }
 }
 
-moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int64_t rows_capacity, int num_sms,
-                                         cudaStream_t s, const char *name)
+moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int rs_rows, int64_t rows_capacity,
+                                         int num_sms, cudaStream_t s, const char *name)
 {
     if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
     if (kind == TILE_QGMMA) return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
-    bool small = kind == TILE_RS_64;
     switch (fr_format(g.a_fmt, g.b_fmt)) {
-    case RS_FP8_BLOCK: return launch_rs<RS_FP8_BLOCK>(g, small, rows_capacity, num_sms, s, name);
-    case RS_MXFP8: return launch_rs<RS_MXFP8>(g, small, rows_capacity, num_sms, s, name);
-    case RS_W4A8: return launch_rs<RS_W4A8>(g, small, rows_capacity, num_sms, s, name);
-    case RS_NVFP4: return launch_rs<RS_NVFP4>(g, small, rows_capacity, num_sms, s, name);
+    case RS_FP8_BLOCK: return launch_rs<RS_FP8_BLOCK>(g, rs_rows, rows_capacity, num_sms, s, name);
+    case RS_MXFP8: return launch_rs<RS_MXFP8>(g, rs_rows, rows_capacity, num_sms, s, name);
+    case RS_W4A8: return launch_rs<RS_W4A8>(g, rs_rows, rows_capacity, num_sms, s, name);
+    case RS_NVFP4: return launch_rs<RS_NVFP4>(g, rs_rows, rows_capacity, num_sms, s, name);
     default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no register tile for these formats", name);
     }
 }
