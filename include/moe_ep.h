@@ -199,10 +199,10 @@ typedef struct moe_ep_knobs {
     size_t size;          /* sizeof(moe_ep_knobs_t), set by MOE_EP_KNOBS_INIT */
     int gemm_tile_rows;   /* rows per grouped-GEMM tile: 16, 64, or 128 (the TMA + wgmma tile:
                              bf16 with hidden % 256 == 0 and intermediate % 128 == 0 only;
-                             the quantized paths with those shapes: 128, 64, 32 or (not
-                             nvfp4) 16 only, the register tile; fp8_block with
-                             fp8_fast_accum: 64 only); mega: 64 means its large tile, 32
-                             rows for bf16 (docs/knobs.md) */
+                             the quantized paths with those shapes: 128, 64, 32 or 16
+                             only, the register tile; fp8_block with fp8_fast_accum: 64
+                             only); mega: 64 means its large tile, 32 rows for bf16
+                             (docs/knobs.md) */
     int gemm_ctas_per_sm; /* resident GEMM CTAs per SM (mega: blocks per SM): 1..4,
                              capped by occupancy */
 } moe_ep_knobs_t;

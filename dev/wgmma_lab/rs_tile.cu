@@ -11,7 +11,7 @@
  * A K sweep separates the per-stage cost (slope) from the per-tile one.
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        rs_tile.cu -o rs_tile && ./rs_tile
- * -DLAB_DECODE: the 64-, 32- and (not NVFP4) 16-row tiles of every format on
+ * -DLAB_DECODE: the 64-, 32- and 16-row tiles of every format on
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
  * LAB_WEIGHT_EXPERTS=n (environment): the tiles read only n experts'
@@ -243,14 +243,10 @@ int main(void)
 #ifdef LAB_DECODE /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
     const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
-#define LAB_DEC2(FMT, name, a, w, out, K, glu)                        \
+#define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \
     do {                                                              \
         LAB_DEC(FMT, 64, name " n64", a, w, out, K, glu);             \
         LAB_DEC(FMT, 32, name " n32", a, w, out, K, glu);             \
-    } while (0)
-#define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \
-    do {                                                              \
-        LAB_DEC2(FMT, name, a, w, out, K, glu);                       \
         LAB_DEC(FMT, 16, name " n16", a, w, out, K, glu);             \
     } while (0)
     for (int rows = 12; rows >= 2; rows -= 10) {
@@ -260,8 +256,8 @@ int main(void)
         LAB_DEC3(RS_MXFP8, "decode mxfp8 gemm2", MX, MX, BF, 2048, 0);
         LAB_DEC3(RS_W4A8, "decode w4a8 gemm1", MX, M4, MX, 4096, 1);
         LAB_DEC3(RS_W4A8, "decode w4a8 gemm2", MX, M4, BF, 2048, 0);
-        LAB_DEC2(RS_NVFP4, "decode nvfp4 gemm1", NV, NV, NV, 4096, 1); /* NVFP4 widens 32 rows at a time */
-        LAB_DEC2(RS_NVFP4, "decode nvfp4 gemm2", NV, NV, BF, 2048, 0);
+        LAB_DEC3(RS_NVFP4, "decode nvfp4 gemm1", NV, NV, NV, 4096, 1);
+        LAB_DEC3(RS_NVFP4, "decode nvfp4 gemm2", NV, NV, BF, 2048, 0);
     }
     LAB(RS_MXFP8, 128, "mxfp8 gemm1 (flash)", MX, MX, MX, 4096, 4096, 1); /* and the 128-row tile at T = 8192 */
     LAB(RS_W4A8, 128, "w4a8 gemm1 (flash)", MX, M4, MX, 4096, 4096, 1);

@@ -20,8 +20,8 @@ static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
 /* The tile rows a layer of this config can run: FP8-BLOCK, MXFP8, W4A8 and NVFP4 with the
  * wgmma tiles' shapes only one tile kind (FP8-BLOCK's QGMMA tile with
- * fp8_fast_accum, 64, else the fp16 HGMMA register tile, 128, 64, 32 or (not
- * NVFP4) 16, at every T: moe_ep_single_tile); bf16 with the HGMMA tile's
+ * fp8_fast_accum, 64, else the fp16 HGMMA register tile, 128, 64, 32 or 16,
+ * at every T: moe_ep_single_tile); bf16 with the HGMMA tile's
  * shapes 16, 64 or 128; else 16, 64. */
 static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
@@ -48,7 +48,7 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
                    "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16; "
-                   "quantized paths only 128, 64, 32 or (not nvfp4) 16 (their register tile; fp8_block with "
+                   "quantized paths only 128, 64, 32 or 16 (their register tile; fp8_block with "
                    "fp8_fast_accum 64), when hidden %% 256 == 0 "
                    "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
                    k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
@@ -258,7 +258,7 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
     MOE_EP_REQUIRE(moe_ep_knobs_tile_allowed(l, tile) &&
                        (knobs->gemm_ctas_per_sm == 0 || ctas_ok(knobs->gemm_ctas_per_sm)),
                    "forced knobs (%d, %d): tile rows the layer can run (16, 64; 128 bf16 HGMMA; quantized "
-                   "paths with hidden %% 256 == 0 and intermediate %% 128 == 0 128, 64, 32 or (not nvfp4) 16, "
+                   "paths with hidden %% 256 == 0 and intermediate %% 128 == 0 128, 64, 32 or 16, "
                    "fp8_block with fp8_fast_accum 64), CTAs per SM 0..4",
                    knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     l->knobs_forced = make_knobs(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);

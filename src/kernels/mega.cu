@@ -1288,7 +1288,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
 }
 
 /* The register tile of mode MODE with a->d.tile_rows activation rows (128,
- * 64, 32; 16 but for NVFP4: moe_ep_single_tile_allows). */
+ * 64, 32 or 16: moe_ep_single_tile_allows). */
 template <int MODE, int SB>
 static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
@@ -1296,10 +1296,8 @@ static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
     case FR_BM: return launch<FR_BM, MODE, SB>(a, s);
     case 64: return launch<64, MODE, SB>(a, s);
     case 32: return launch<32, MODE, SB>(a, s);
-    default:
-        if constexpr (MODE != MODE_NV_RS)
-            if (a->d.tile_rows == 16) return launch<16, MODE, SB>(a, s);
-        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "mega: no %d-row register tile", a->d.tile_rows);
+    case 16: return launch<16, MODE, SB>(a, s);
+    default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "mega: no %d-row register tile", a->d.tile_rows);
     }
 }
 

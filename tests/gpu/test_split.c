@@ -787,7 +787,7 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
 
 /* Explicit knobs {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the HGMMA tile,
  * on bf16; the quantized paths with the wgmma shapes run only one tile kind:
- * the fp16 HGMMA register tile, 128, 64, 32 or (not NVFP4) 16 rows, or
+ * the fp16 HGMMA register tile, 128, 64, 32 or 16 rows, or
  * FP8-BLOCK's 64-row QGMMA tile ({64, 1}, {64, 2}), and have nothing to
  * tune), then
  * autotuning (into a temporary knob cache), then the cache, give the same
@@ -796,13 +796,13 @@ static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, co
                              cudaStream_t stream, uint16_t *base, uint16_t *out)
 {
     static const int all[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}}, qgmma[2][2] = {{64, 1}, {64, 2}},
-                     rs[6][2] = {{32, 1}, {64, 1}, {128, 1}, {64, 2}, {128, 2}, {16, 1}}; /* NVFP4: no 16 */
+                     rs[6][2] = {{16, 1}, {32, 1}, {64, 1}, {128, 1}, {64, 2}, {128, 2}};
     char label[96];
     int wg_shapes = f->H % 256 == 0 && f->I % 128 == 0;
     int one_tile = s.path != MOE_EP_PATH_BF16 && wg_shapes; /* the quantized paths: the register tile */
     int on_qgmma = one_tile && s.fp8_fast_accum && s.path == MOE_EP_PATH_FP8_BLOCK;
     const int(*sets)[2] = on_qgmma ? qgmma : one_tile ? rs : all;
-    int n_sets = on_qgmma ? 2 : one_tile ? (s.path == MOE_EP_PATH_NVFP4 ? 5 : 6) : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
+    int n_sets = on_qgmma ? 2 : one_tile ? 6 : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
     moe_ep_knob_source_t tuned = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_AUTOTUNED,
                          cached = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_CACHE;
     for (int i = 0; i < n_sets; i++) {

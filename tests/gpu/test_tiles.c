@@ -118,7 +118,7 @@ static void test_path(moe_ep_path_t path, int spread, uint64_t *rng)
             shown++;
         }
     /* 4, 12, 20 and 48 rows per expert on average: the register tile's 16-
-     * (NVFP4 32-), 32-, 64- and 128-row instances; bf16 16, 16, 128, 128 */
+     * 32-, 64- and 128-row instances; bf16 16, 16, 128, 128 */
     static const int firsts[] = {8, 24, 40, 96};
     for (int i = 0; i < 4; i++) {
         const int n_tok = firsts[i];

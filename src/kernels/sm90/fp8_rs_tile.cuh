@@ -321,9 +321,10 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
 {
     if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
 #pragma unroll
-        for (int i = 0; i < BMA * 4 / 128; i++) {
+        for (int i = 0; i < (BMA * 4 + 127) / 128; i++) { /* 16 rows: threads 0 .. 63 only */
             if (BMA <= 64 && 32 * i >= rows_valid) break; /* rows 32 i .. 32 i + 31: none valid */
             int r = t / 4 + 32 * i, j = t % 4;
+            if (BMA < 32 && r >= BMA) break;
             uint4 v = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
             uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -712,7 +713,6 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
 {
     typedef fr_smem<FMT, BMA> smem_t;
     static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
-    static_assert(!FR_NV(FMT) || BMA >= 32, "NVFP4's widening takes activation rows 32 at a time");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)fr_align_1024<FMT == RS_FP8_BLOCK && !EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;

@@ -137,8 +137,7 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     return moe_ep_launch_check(name);
 }
 
-/* The register tile of format FMT with rs_rows activation rows (128, 64,
- * 32; 16 but for NVFP4, whose widening takes rows 32 at a time). */
+/* The register tile of format FMT with rs_rows activation rows (128, 64, 32 or 16). */
 template <int FMT>
 static moe_ep_status_t launch_rs(const gemm_args &g, int rs_rows, int64_t rows_capacity, int num_sms, cudaStream_t s,
                                  const char *name)
@@ -147,10 +146,8 @@ static moe_ep_status_t launch_rs(const gemm_args &g, int rs_rows, int64_t rows_c
     case 128: return launch<RS_KIND(FMT, 0)>(g, rows_capacity, num_sms, s, name);
     case 64: return launch<RS_KIND(FMT, 1)>(g, rows_capacity, num_sms, s, name);
     case 32: return launch<RS_KIND(FMT, 2)>(g, rows_capacity, num_sms, s, name);
-    default:
-        if constexpr (!FR_NV(FMT))
-            if (rs_rows == 16) return launch<RS_KIND(FMT, 3)>(g, rows_capacity, num_sms, s, name);
-        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no %d-row register tile", name, rs_rows);
+    case 16: return launch<RS_KIND(FMT, 3)>(g, rows_capacity, num_sms, s, name);
+    default: return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no %d-row register tile", name, rs_rows);
     }
 }
 
