@@ -81,7 +81,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
         for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
             const tile_pos p = tile_pos_of<TILE_BF16>(g, tile, n_tiles);
             float d[128];
-            wg_mma_tile(g, s, d, h, n_k, kg);
+            wg_mma_tile(g, s, d, h, n_k, kg, false, 64 * h >= p.rows_valid);
             wg_store_bf16<GLU>(g, d, p, h, t);
         }
     }

@@ -178,21 +178,27 @@ __device__ __forceinline__ void wg_load_tile(const gemm_args &g, wg_smem &s, con
 
 /* Consumer warpgroup h (rows 64 h .. 64 h + 63): the tile's K loop into d,
  * every stage given back when done. a_by_threads: A came by cp.async
- * (generic proxy), so each stage is fenced before wgmma reads it. */
+ * (generic proxy), so each stage is fenced before wgmma reads it. idle: none
+ * of the warpgroup's rows is valid (decode: a few rows per expert), so it
+ * only keeps the ring's protocol (waits, gives back) and issues no wgmma,
+ * leaving the tensor cores to the other warpgroup; d is then left as it was
+ * and no output of it is stored. */
 __device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
-                                            bool a_by_threads = false)
+                                            bool a_by_threads = false, bool idle = false)
 {
     for (int kt = 0; kt < n_k; kt++, kg++) {
         const int st = kg % WG_STAGES;
         tile_wait(g, &s.full[st], (kg / WG_STAGES) & 1);
-        if (a_by_threads) fence_proxy_async_shared();
-        wgmma_fence();
+        if (!idle) {
+            if (a_by_threads) fence_proxy_async_shared();
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
-            wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * WG_BK]) + 2 * kk, smem_desc(&s.b[st][0]) + 2 * kk,
-                                  (kt > 0 || kk > 0) ? 1 : 0);
-        wgmma_commit();
-        wgmma_wait<1>();
+            for (int kk = 0; kk < WG_BK / 16; kk++) /* +32 bytes (2 x 16 B) per k16 step */
+                wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * WG_BK]) + 2 * kk, smem_desc(&s.b[st][0]) + 2 * kk,
+                                      (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+        }
         if (kt > 0) mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]);
     }
     wgmma_wait<0>();
@@ -220,7 +226,7 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         int kg = 0; /* the ring starts afresh with the tile */
-        wg_mma_tile(g, s, d, wg - 1, n_k, kg);
+        wg_mma_tile(g, s, d, wg - 1, n_k, kg, false, 64 * (wg - 1) >= rows_valid);
         int warp = t / 32, lane = t % 32;
         wg_epilogue<32, WG_BM, WG_BN>(g, &s, d, (wg - 1) * 64 + 16 * warp + lane / 4, 0, lane, row0, rows_valid, n0);
     }
