@@ -15,7 +15,6 @@
 
 static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 
-static int tile_ok(int v) { return v == 16 || v == 32 || v == 64 || v == 128; }
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
 /* The tile rows a layer of this config can run: FP8-BLOCK, MXFP8, W4A8 and NVFP4 with the
@@ -241,7 +240,7 @@ moe_ep_status_t moe_ep_knobs_tune_candidates(moe_ep_layer_t l, int tokens, moe_e
 moe_ep_status_t moe_ep_knobs_set_tuned(moe_ep_layer_t l, int tokens, const moe_ep_knobs_t *knobs, double us)
 {
     slot_of(l, tokens)->tuned = *knobs;
-    if (!tile_ok(knobs->gemm_tile_rows) || !ctas_ok(knobs->gemm_ctas_per_sm))
+    if (!moe_ep_knob_values_ok(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm))
         return MOE_EP_SUCCESS; /* nothing the cache file can hold */
     if (moe_ep_knobs_store(l, tokens, knobs, us) != MOE_EP_SUCCESS) warn_cache("autotuned knobs not saved");
     return MOE_EP_SUCCESS;

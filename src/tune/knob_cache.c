@@ -34,9 +34,10 @@ static int device_ok(const char *d)
 
 static int bucket_ok(int t) { return t >= 1 && t <= MOE_EP_KNOB_MAX_TOKENS && (t & (t - 1)) == 0; }
 static int dim_ok(int v) { return v >= 1 && v <= DIM_MAX; }
-static int knobs_ok(int tile, int ctas)
+int moe_ep_knob_values_ok(int tile_rows, int ctas_per_sm)
 {
-    return (tile == 16 || tile == 32 || tile == 64 || tile == 128) && ctas >= 1 && ctas <= 4;
+    return (tile_rows == 16 || tile_rows == 32 || tile_rows == 64 || tile_rows == 128) && ctas_per_sm >= 1 &&
+           ctas_per_sm <= 4;
 }
 static int us_ok(double us) { return isfinite(us) && us >= 0.0 && us < US_MAX; }
 
@@ -55,7 +56,7 @@ moe_ep_status_t moe_ep_knob_entry_check(const moe_ep_knob_entry_t *e)
                    "or backend, or world/E/K/H/I not in [1, %d])", DIM_MAX);
     MOE_EP_REQUIRE(bucket_ok(e->tokens), "knob entry: tokens %d is not a power of two in [1, %d]",
                    e->tokens, MOE_EP_KNOB_MAX_TOKENS);
-    MOE_EP_REQUIRE(knobs_ok(e->tile_rows, e->ctas_per_sm),
+    MOE_EP_REQUIRE(moe_ep_knob_values_ok(e->tile_rows, e->ctas_per_sm),
                    "knob entry: gemm_tile_rows %d (16, 32, 64 or 128) or gemm_ctas_per_sm %d (1..4) invalid",
                    e->tile_rows, e->ctas_per_sm);
     MOE_EP_REQUIRE(us_ok(e->us), "knob entry: us %g not in [0, %g)", e->us, US_MAX);
@@ -217,7 +218,7 @@ static int parse_field(moe_ep_knob_entry_t *e, int f, span_t v)
     case F_H: return parse_int(v, 1, DIM_MAX, &k->H);
     case F_I: return parse_int(v, 1, DIM_MAX, &k->I);
     case F_TOKENS: return parse_int(v, 1, MOE_EP_KNOB_MAX_TOKENS, &e->tokens) && bucket_ok(e->tokens);
-    case F_TILE: return parse_int(v, 16, 128, &e->tile_rows) && knobs_ok(e->tile_rows, 1);
+    case F_TILE: return parse_int(v, 16, 128, &e->tile_rows) && moe_ep_knob_values_ok(e->tile_rows, 1);
     case F_CTAS: return parse_int(v, 1, 4, &e->ctas_per_sm);
     default: return parse_us(v, &e->us);
     }

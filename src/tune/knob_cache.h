@@ -97,6 +97,8 @@ moe_ep_status_t moe_ep_knob_cache_store(const char *path, const moe_ep_knob_entr
 
 /* Checks an entry's values (key names, bucket a power of two, knobs valid). */
 moe_ep_status_t moe_ep_knob_entry_check(const moe_ep_knob_entry_t *e);
+/* Knob values an entry may hold: tile rows 16, 32, 64 or 128, CTAs per SM 1..4. */
+int moe_ep_knob_values_ok(int tile_rows, int ctas_per_sm);
 
 #ifdef __cplusplus
 }
