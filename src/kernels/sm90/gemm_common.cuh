@@ -104,10 +104,11 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
                                                    int n0, int tid, int nthreads)
 {
     static_assert(BN == 256, "chunks of a row: 16 (GEMM1) or 32 (GEMM2) lanes");
-    static_assert(F == MOE_EP_FORMAT_BF16 || F == MOE_EP_FORMAT_MXFP8 || F == MOE_EP_FORMAT_FP8_BLOCK,
-                  "the outputs epilogue_by_chunks picks");
+    static_assert(F == MOE_EP_FORMAT_BF16 || F == MOE_EP_FORMAT_MXFP8 || F == MOE_EP_FORMAT_FP8_BLOCK ||
+                      (F == MOE_EP_FORMAT_NVFP4 && GLU),
+                  "the outputs epilogue_chunks runs");
     constexpr int CHUNKS = (GLU ? 128 : BN) / 8;
-    constexpr int BLK = F == MOE_EP_FORMAT_BF16 ? 8 : F == MOE_EP_FORMAT_MXFP8 ? 32 : 128;
+    constexpr int BLK = F == MOE_EP_FORMAT_BF16 ? 8 : F == MOE_EP_FORMAT_MXFP8 ? 32 : F == MOE_EP_FORMAT_NVFP4 ? 16 : 128;
     const int64_t c0 = GLU ? n0 / 2 : n0, row_bytes = moe_ep_row_data_bytes(F, g.N_out);
     const int lane = tid & 31;
     /* items of the valid rows, rounded up to whole warps (rows past the valid ones: encoded, not stored) */
@@ -132,7 +133,8 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
             *(uint4 *)(d + 2 * c) = e.q;
             continue;
         }
-        *(uint2 *)(d + c) = make_uint2(e.q.x, e.q.y); /* E4M3 bytes */
+        if constexpr (F == MOE_EP_FORMAT_NVFP4) *(uint32_t *)(d + c / 2) = e.q.x; /* E2M1 nibbles */
+        else *(uint2 *)(d + c) = make_uint2(e.q.x, e.q.y); /* E4M3 bytes */
         if (c % BLK) continue;
         uint8_t *s = g.out_scales + (row0 + m) * g.out_scale_stride;
         if constexpr (F == MOE_EP_FORMAT_FP8_BLOCK) ((uint32_t *)s)[c / BLK] = e.scale;
@@ -148,11 +150,34 @@ __device__ __forceinline__ bool epilogue_by_chunks(moe_ep_format_t f, bool glu)
     return glu ? f == MOE_EP_FORMAT_FP8_BLOCK || f == MOE_EP_FORMAT_BF16 : f == MOE_EP_FORMAT_BF16 || f == MOE_EP_FORMAT_MXFP8;
 }
 
-/* epilogue_chunks for the outputs epilogue_by_chunks picks. */
+/* GEMM1 outputs in MXFP8 or NVFP4 (the serial epilogue's: one thread per
+ * 32- or 16-value block, SwiGLU and encode one after the other) by chunks
+ * too when the tile's valid rows give the serial path fewer blocks than
+ * threads (decode: 2 valid rows were 8 threads of 256; the kernel lab's
+ * stamps put MXFP8's GEMM1 epilogue at ~9.7 k cycles against FP8-BLOCK's
+ * 2.6 k on chunks). The same bytes (a block's lanes share its amax). */
+__device__ __forceinline__ bool epilogue_few_rows(moe_ep_format_t f, bool glu, int rows_valid, int nthreads)
+{
+    if (!glu || (f != MOE_EP_FORMAT_MXFP8 && f != MOE_EP_FORMAT_NVFP4)) return false;
+    return rows_valid * (128 / moe_ep_format_block(f)) < nthreads;
+}
+
+/* epilogue_chunks for the outputs epilogue_by_chunks picks, and (FEW: the
+ * tiles of 64 rows or fewer) those of epilogue_few_rows. */
 template <int BM, int BN>
 __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                                 int nthreads)
 {
+    if constexpr (BM <= 64) {
+        if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_MXFP8) {
+            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_MXFP8, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+            return;
+        }
+        if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_NVFP4) {
+            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+            return;
+        }
+    }
     if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_FP8_BLOCK)
         epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_FP8_BLOCK, true>(g, C, row0, rows_valid, n0, tid, nthreads);
     else if (g.N != g.N_out) /* the bf16 path's GEMM1 */
@@ -176,7 +201,8 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
                          int nthreads)
 {
     if constexpr (CHUNKS) {
-        if (epilogue_by_chunks(g.out_fmt, g.N != g.N_out)) {
+        if (epilogue_by_chunks(g.out_fmt, g.N != g.N_out) ||
+            (BM <= 64 && epilogue_few_rows(g.out_fmt, g.N != g.N_out, rows_valid, nthreads))) {
             epilogue_chunks<BM, BN>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
         }
