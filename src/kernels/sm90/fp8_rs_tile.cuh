@@ -707,6 +707,12 @@ __device__ __forceinline__ uint8_t *fr_align_1024(uint8_t *smem_raw)
     return p;
 }
 
+/* The 128-row instances' GEMM1 outputs in MXFP8 / NVFP4 by chunks inside the
+ * consumers (epilogue's QGLU): W4A8 and NVFP4 only; MXFP8's split kernel
+ * spilled 12 bytes with it, FP8-BLOCK's (which never outputs them) 16. The
+ * smaller instances take them by chunks anyway (epilogue_few_rows). */
+#define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4))
+
 template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int row0, int rows_valid, int n0)
@@ -775,7 +781,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         if constexpr (EPILOGUE) {
             wg_consumer_barrier();
             FR_TRACE(13);
-            epilogue<BMA, FR_BN, CHUNK_EPILOGUE>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
+            epilogue<BMA, FR_BN, CHUNK_EPILOGUE, FR_SPLIT_QGLU(FMT, BMA)>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
         }
         FR_TRACE(3);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
@@ -797,7 +803,7 @@ template <int FMT, int BMA>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
     fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_align_1024<FMT == RS_FP8_BLOCK>(smem_raw);
-    epilogue<BMA, FR_BN, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
+    epilogue<BMA, FR_BN, true, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
 }
 
 /* The item thread 0 claimed in the tile just run (g.claim_counter set); for

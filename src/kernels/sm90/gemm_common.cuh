@@ -150,25 +150,35 @@ __device__ __forceinline__ bool epilogue_by_chunks(moe_ep_format_t f, bool glu)
     return glu ? f == MOE_EP_FORMAT_FP8_BLOCK || f == MOE_EP_FORMAT_BF16 : f == MOE_EP_FORMAT_BF16 || f == MOE_EP_FORMAT_MXFP8;
 }
 
-/* GEMM1 outputs in MXFP8 or NVFP4 (the serial epilogue's: one thread per
- * 32- or 16-value block, SwiGLU and encode one after the other) by chunks
- * too when the tile's valid rows give the serial path fewer blocks than
- * threads (decode: 2 valid rows were 8 threads of 256; the kernel lab's
- * stamps put MXFP8's GEMM1 epilogue at ~9.7 k cycles against FP8-BLOCK's
- * 2.6 k on chunks). The same bytes (a block's lanes share its amax). */
-__device__ __forceinline__ bool epilogue_few_rows(moe_ep_format_t f, bool glu, int rows_valid, int nthreads)
+/* GEMM1 outputs in MXFP8 or NVFP4. The serial epilogue runs them one
+ * thread per 32- or 16-value block, SwiGLU and encode one after the other;
+ * by chunks (compiled per format) they run faster at every tile size: mega
+ * fwd -3-9 % at T >= 512 on MXFP8 and W4A8 (128-row tiles), -3-5 % at
+ * decode (2 valid rows had kept 8 threads of 256 busy). The same bytes (a
+ * block's lanes share its amax). They take the chunks wherever the caller
+ * compiles them without spilling: epilogue's QGLU, and epilogue_few_rows. */
+__device__ __forceinline__ bool epilogue_quant_glu(moe_ep_format_t f, bool glu)
 {
-    if (!glu || (f != MOE_EP_FORMAT_MXFP8 && f != MOE_EP_FORMAT_NVFP4)) return false;
-    return rows_valid * (128 / moe_ep_format_block(f)) < nthreads;
+    return glu && (f == MOE_EP_FORMAT_MXFP8 || f == MOE_EP_FORMAT_NVFP4);
 }
 
-/* epilogue_chunks for the outputs epilogue_by_chunks picks, and (FEW: the
- * tiles of 64 rows or fewer) those of epilogue_few_rows. */
-template <int BM, int BN>
+/* The same in the tiles of 64 rows or fewer, while the valid rows give the
+ * serial path fewer blocks than threads (kept in this form: with these
+ * outputs in epilogue_by_chunks instead, mega's 64-row NVFP4 kernel spilled
+ * 56 bytes). */
+__device__ __forceinline__ bool epilogue_few_rows(moe_ep_format_t f, bool glu, int rows_valid, int nthreads)
+{
+    return epilogue_quant_glu(f, glu) && rows_valid * (128 / moe_ep_format_block(f)) < nthreads;
+}
+
+/* epilogue_chunks for the outputs epilogue_by_chunks picks, and those of
+ * epilogue_few_rows (the tiles of 64 rows or fewer) or (QGLU) every GEMM1
+ * output in MXFP8 or NVFP4. */
+template <int BM, int BN, bool QGLU = false>
 __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                                 int nthreads)
 {
-    if constexpr (BM <= 64) {
+    if constexpr (BM <= 64 || QGLU) {
         if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_MXFP8) {
             epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_MXFP8, true>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
@@ -195,15 +205,19 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
  * wgmma tiles of 256 columns; the mma.sync tiles have no registers to spare
  * for it). Keep the serial path compiled beside it: in the
  * register tile at 128 rows, the chunks alone (the serial path folded away)
- * made ptxas spill 40-50 bytes of the consumers' K loop (2026-11-30). */
-template <int BM, int BN, bool CHUNKS = false>
+ * made ptxas spill 40-50 bytes of the consumers' K loop (2026-11-30).
+ * QGLU: GEMM1's MXFP8 / NVFP4 outputs by chunks at any BM (epilogue_quant_glu);
+ * a template argument because the tiles that never output them still compile
+ * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them). */
+template <int BM, int BN, bool CHUNKS = false, bool QGLU = false>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
 {
     if constexpr (CHUNKS) {
         if (epilogue_by_chunks(g.out_fmt, g.N != g.N_out) ||
-            (BM <= 64 && epilogue_few_rows(g.out_fmt, g.N != g.N_out, rows_valid, nthreads))) {
-            epilogue_chunks<BM, BN>(g, C, row0, rows_valid, n0, tid, nthreads);
+            (BM <= 64 && epilogue_few_rows(g.out_fmt, g.N != g.N_out, rows_valid, nthreads)) ||
+            (QGLU && epilogue_quant_glu(g.out_fmt, g.N != g.N_out))) {
+            epilogue_chunks<BM, BN, QGLU>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
         }
     }
