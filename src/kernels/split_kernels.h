@@ -97,16 +97,18 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
 /* Their tile rows for a forward of `rows` rows over E local experts: 64 for
  * the QGMMA tile; the register tile (its wgmma's N is the tile's rows, and
  * at decode its tensor time per weight byte is what the padding costs):
- * 16 while experts get at most 4 rows on average, 32 up to 16 rows, 64 up
+ * 16 while experts get at most 8 rows on average, 32 up to 16 rows, 64 up
  * to 32, else 128 (its fragment work per MAC halves). The averages leave
  * room: an expert with more rows than a tile runs two tiles, each reading
- * all its weights. Kernel lab (dev/wgmma_lab/rs_tile.cu -DLAB_DECODE, flash
- * slice, 2 and 12 rows per expert): n32 0.85-0.92 of n64's time, n16
- * 0.80-0.87. */
+ * all its weights (at 8 rows on average, uniform routing gives an expert
+ * more than 16 with probability ~0.4 %). Kernel lab (dev/wgmma_lab/rs_tile.cu
+ * -DLAB_DECODE, flash slice, 2 and 12 rows per expert): n32 0.85-0.92 of
+ * n64's time, n16 0.80-0.87. 16 instead of 32 rows at 8 rows per expert
+ * (pro T = 64): mega fwd 0.88-0.98 (the bound was 4 rows before). */
 static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, long long rows, int E)
 {
     if (moe_ep_qgmma_on(path, H, I, fp8_fast_accum)) return 64;
-    if (rows <= 4LL * E) return 16;
+    if (rows <= 8LL * E) return 16;
     if (rows <= 16LL * E) return 32;
     return rows <= 32LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
 }
