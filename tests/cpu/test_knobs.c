@@ -568,14 +568,14 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     static const moe_ep_path_t one_tile[4] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8, MOE_EP_PATH_W4A8,
                                               MOE_EP_PATH_NVFP4};
     for (int i = 0; i < 4; i++) { /* with H % 256, I % 128: the register tile at every T; rows per expert */
-        const char *name = moe_ep_path_name(one_tile[i]); /* on average <= 4: 16, <= 16: 32, <= 32: 64 */
+        const char *name = moe_ep_path_name(one_tile[i]); /* on average <= 8: 16, <= 16: 32, <= 32: 64 */
         l = ref_layer(g, one_tile[i], 256, NULL, 1);
         moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
         k = resolve(l, 1, 1, &src);
         EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
-        k = resolve(l, 8, 1, &src); /* 32 rows over 8 experts */
+        k = resolve(l, 16, 1, &src); /* 64 rows over 8 experts */
         EXPECT_KNOBS(k, src, 16, 0, MOE_EP_KNOBS_HEURISTIC);
-        k = resolve(l, 9, 1, &src);
+        k = resolve(l, 17, 1, &src);
         EXPECT_KNOBS(k, src, 32, 0, MOE_EP_KNOBS_HEURISTIC);
         k = resolve(l, 32, 1, &src);
         EXPECT_KNOBS(k, src, 32, 0, MOE_EP_KNOBS_HEURISTIC);
