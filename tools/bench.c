@@ -62,7 +62,7 @@ static void usage_bench(void)
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
            "                    [--wire bf16|mxfp8|fp4] [--ranks R | --nccl] [--iters N] [--warmup N]\n"
-           "                    [--fp8-fast-accum] [--out FILE]\n"
+           "                    [--fp8-fast-accum] [--tile-rows R] [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
            "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
            "  tokens routed uniformly over all R E/8 experts (R = 8: the emulated EP8 group).\n"
@@ -72,6 +72,8 @@ static void usage_bench(void)
            "  (env MOE_EP_RANK, MOE_EP_WORLD_SIZE, MOE_EP_NCCL_ID_FILE; rank r on GPU r). Times the\n"
            "  whole forward (p50) and its NVLink bytes per rank; rank 0 writes the table.\n"
            "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the QGMMA tile).\n"
+           "  --tile-rows R (16, 32, 64, 128): every layer's explicit knobs.gemm_tile_rows instead of the\n"
+           "  heuristic's (to sweep its bounds); a path that does not run R fails its cells.\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -119,6 +121,10 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
     if (strcmp(k, "--ranks") == 0) return (o->ranks = atoi(v)) >= 1 && o->ranks <= SLICE_MAX_RANKS ? 0 : -1;
+    if (strcmp(k, "--tile-rows") == 0) {
+        o->tile_rows = atoi(v);
+        return o->tile_rows == 16 || o->tile_rows == 32 || o->tile_rows == 64 || o->tile_rows == 128 ? 0 : -1;
+    }
     return -2;
 }
 
@@ -525,7 +531,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
     }
     slice_t sl;
     int made = slice_make(&sl, g, bench_max_tokens(o), o->ranks);
-    sl.fp8_fast_accum = o->fp8_fast_accum;
+    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows;
     if (made)
         for (int p = 0; p < o->npath; p++)
             bench_path(o, &sl, ce, o->paths[p], s, &cells[p * o->nback], o->npath * o->nback);
@@ -579,6 +585,7 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
     fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): %.0f TFLOP/s%s%s\n",
             c->fp8_flops / 1e12, c->fp8_estimated ? " -- " : "", c->fp8_estimated ? c->fp8_note : "");
     if (o->fp8_fast_accum) fprintf(f, "- fp8_fast_accum: on (fp8_block GEMMs on the QGMMA tile)\n");
+    if (o->tile_rows) fprintf(f, "- knobs: gemm_tile_rows %d on every layer (--tile-rows; not the heuristic's)\n", o->tile_rows);
     if (o->ranks == 1)
         fprintf(f, "- EP8 slice on one GPU: E/8 experts, top-K, world size 1, T tokens (T*K rows), uniform routing;");
     else

@@ -16,6 +16,7 @@ typedef struct {
     int ranks; /* emulated ranks sharing the GPU, each with E/8 experts (1: the EP8 slice) */
     int nccl;  /* 1: this process is one rank of an NCCL group (scripts/nccl_launch.sh) */
     int fp8_fast_accum; /* 1: layers with config.fp8_fast_accum (fp8_block on QGMMA) */
+    int tile_rows;      /* > 0: every layer's explicit knobs.gemm_tile_rows (--tile-rows); 0: the layer's choice */
     moe_ep_path_t paths[MOE_EP_PATH_COUNT_];
     moe_ep_backend_t backends[MOE_EP_BACKEND_COUNT_];
     moe_ep_wire_t wire;

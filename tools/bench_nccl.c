@@ -211,7 +211,7 @@ static int bench_geometry(const bench_opts_t *o, const nccl_rank_t *r, const geo
     }
     slice_t sl;
     int ok = slice_make_rank(&sl, g, bench_max_tokens(o), r->world, r->rank);
-    sl.fp8_fast_accum = o->fp8_fast_accum;
+    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows;
     for (int i = 0; ok && i < n; i++) cells[i].nvlink_bytes = nvlink_bytes(&sl, o->tokens[i % o->ntok], r->rank, o->wire);
     for (int p = 0; ok && p < o->npath; p++)
         for (int b = 0; ok && b < o->nback; b++)
@@ -255,6 +255,7 @@ static void print_nccl_header(FILE *f, const nccl_report_t *rep)
                " its stream, in us (every rank runs the same forwards and prints its own p50); L2 flushed"
                " before each timed forward; inputs rotate over >= 2 sets\n",
             moe_ep_wire_name(o->wire), o->iters, o->warmup);
+    if (o->tile_rows) fprintf(f, "- knobs: gemm_tile_rows %d on every layer (--tile-rows; not the heuristic's)\n", o->tile_rows);
     fprintf(f, "- NVLink MB/rank = bytes rank 0 must put on NVLink per forward for a perfect dispatch +"
                " combine (MB = 1e6 bytes, mean over the input sets): per token, x (bf16, 2H) once to each"
                " distinct remote rank among its top-K experts, plus one wire row (bf16 2H, mxfp8 H + H/32,"

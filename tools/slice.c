@@ -317,6 +317,8 @@ moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wi
     c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 16.0f;
     c.timeout_seconds = sl->self >= 0 ? SLICE_NCCL_TIMEOUT_S : 0.0; /* seconds; 0: the default 10 */
     c.fp8_fast_accum = sl->fp8_fast_accum;
+    moe_ep_knobs_t k = MOE_EP_KNOBS_INIT; /* copied by layer_create */
+    if (sl->tile_rows > 0) k.gemm_tile_rows = sl->tile_rows, c.knobs = &k;
     *l = NULL;
     moe_ep_status_t st = moe_ep_layer_create(g, &c, l);
     if (st == MOE_EP_SUCCESS) st = load_slice_weights(*l, sl, g, s);

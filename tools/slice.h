@@ -85,6 +85,7 @@ typedef struct {
     int R;              /* ranks, each with E/8 experts (1: the EP8 slice) */
     int self;           /* -1: R emulated ranks on this GPU; else the one NCCL rank of this process */
     int fp8_fast_accum; /* config.fp8_fast_accum of the layers (bench --fp8-fast-accum) */
+    int tile_rows;      /* > 0: the layers' explicit knobs.gemm_tile_rows (bench --tile-rows) */
     uint16_t *w13, *w2; /* host bf16 checkpoint [E8][2I][H], [E8][H][I] */
     dset_t sets[SLICE_MAX_SETS];
     void *flush;
