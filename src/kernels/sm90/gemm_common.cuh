@@ -142,9 +142,11 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
     }
 }
 
-/* GEMM outputs that epilogue_chunks runs (true) and those the serial
- * epilogue runs faster (dev/wgmma_lab/epilogue_rate.cu on the H200, cycles
- * per 128-row tile, 256 threads; see docs/benchmarks.md). */
+/* GEMM outputs that epilogue_chunks runs in every tile with CHUNKS (true).
+ * GEMM1's MXFP8 / NVFP4 outputs: epilogue_quant_glu (where that compiles
+ * without spilling). The FP4 wire stays on the serial epilogue, which the
+ * lab measured faster for it (dev/wgmma_lab/epilogue_rate.cu on the H200,
+ * cycles per 128-row tile; see docs/benchmarks.md). */
 __device__ __forceinline__ bool epilogue_by_chunks(moe_ep_format_t f, bool glu)
 {
     return glu ? f == MOE_EP_FORMAT_FP8_BLOCK || f == MOE_EP_FORMAT_BF16 : f == MOE_EP_FORMAT_BF16 || f == MOE_EP_FORMAT_MXFP8;
