@@ -15,7 +15,16 @@ bin=${1:-build-device/tools/moe_ep}; shift || true
 out=${OUT:-/tmp/moe_ep_out}/tile_rows; mkdir -p "$out"
 common=(--paths mxfp8,w4a8,nvfp4,fp8_block --backends mega --iters 20 --warmup 3)
 # flash: T 64 / 128 / 192 / 256 / 384 = 12 / 24 / 36 / 48 / 72 rows per expert; pro: 64 / 128 / 192 / 256 = 8 / 16 / 24 / 32
-for geo in "ds-v4-flash 64,128,192,256,384" "ds-v4-pro 64,128,192,256"; do
+# TILE_SWEEP_GEOS (environment) picks the geometries, e.g. "ds-v4-pro" (two GPUs: one each);
+# TILE_SWEEP_T_FLASH / TILE_SWEEP_T_PRO their token counts (comma-separated).
+geos=()
+for g in ${TILE_SWEEP_GEOS:-ds-v4-flash ds-v4-pro}; do
+  case $g in
+  ds-v4-flash) geos+=("$g ${TILE_SWEEP_T_FLASH:-64,128,192,256,384}");;
+  ds-v4-pro) geos+=("$g ${TILE_SWEEP_T_PRO:-64,128,192,256}");;
+  esac
+done
+for geo in "${geos[@]}"; do
   set -- $geo "$@"; g=$1 t=$2; shift 2
   for r in heur 16 32 64 128; do
     opt=(); [ "$r" = heur ] || opt=(--tile-rows "$r")

@@ -95,22 +95,22 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
 }
 
 /* Their tile rows for a forward of `rows` rows over E local experts: 64 for
- * the QGMMA tile; the register tile (its wgmma's N is the tile's rows, and
- * at decode its tensor time per weight byte is what the padding costs):
- * 16 while experts get at most 8 rows on average, 32 up to 16 rows, 64 up
- * to 32, else 128 (its fragment work per MAC halves). The averages leave
- * room: an expert with more rows than a tile runs two tiles, each reading
- * all its weights (at 8 rows on average, uniform routing gives an expert
- * more than 16 with probability ~0.4 %). Kernel lab (dev/wgmma_lab/rs_tile.cu
- * -DLAB_DECODE, flash slice, 2 and 12 rows per expert): n32 0.85-0.92 of
- * n64's time, n16 0.80-0.87. 16 instead of 32 rows at 8 rows per expert
- * (pro T = 64): mega fwd 0.88-0.98 (the bound was 4 rows before). */
+ * the QGMMA tile; the register tile (its wgmma's N is the tile's rows, so a
+ * tile's tensor work grows with its rows, valid or not): the smallest of
+ * 16, 32, 64, 128 that holds most experts' rows in one tile, since an
+ * expert with more rows than a tile runs two, each reading all its weights.
+ * Bounds on the average rows per expert, from `dev/tile_rows_sweep.sh`
+ * (forced tile rows, EP8 slices, uniform routing, mega and split,
+ * 2026-12-01, docs/benchmarks.md): 16 up to 8 (at 12: 32 by 2-3 %); 32 up
+ * to 28 (32 by 4-14 % at 20-24, -4..+10 % at 26-28; 64 by 4-17 % at 30);
+ * 64 up to 64 (64 by 9-34 % at 36-60, up to 10 % at 64, where split's 4-bit
+ * flash layers lost 4-7 %; 128 by 10-22 % at 72). */
 static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, long long rows, int E)
 {
     if (moe_ep_qgmma_on(path, H, I, fp8_fast_accum)) return 64;
     if (rows <= 8LL * E) return 16;
-    if (rows <= 16LL * E) return 32;
-    return rows <= 32LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
+    if (rows <= 28LL * E) return 32;
+    return rows <= 64LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
 }
 
 /* Tile rows a single-tile layer accepts as knobs (the register tile's
