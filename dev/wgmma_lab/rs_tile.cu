@@ -11,6 +11,8 @@
  * A K sweep separates the per-stage cost (slope) from the per-tile one.
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        rs_tile.cu -o rs_tile && ./rs_tile
+ * -DLAB_RAW_SMALL=n: n raw stages for the 32- and 16-row instances; -DLAB_NO_TMA_WARP:
+ * the producer without its TMA warp (all 128 threads widen).
  * -DLAB_DECODE: the 64-, 32- and 16-row tiles of every format on
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
@@ -27,16 +29,24 @@ __device__ long long *g_stamp_sum, *g_stamp_count; /* [block][LAB_POINTS] */
  * read-modify-write would put its latency in the consumer's loop). */
 __shared__ long long s_stamp_sum[LAB_POINTS], s_stamp_count[LAB_POINTS];
 
-/* Points 7-11 by the producer's first thread, the others by consumer 0's. */
+/* Points 7, 10, 11 by the producer's first thread (the TMA), 8 and 9 by its
+ * thread 32 (a widening thread with or without the TMA warp), the others by
+ * consumer 0's. */
 __device__ __forceinline__ void lab_stamp(int p)
 {
-    if (threadIdx.x != (p >= 7 && p < 12 ? 0 : 128)) return;
+    if (threadIdx.x != (p == 8 || p == 9 ? 32 : p >= 7 && p < 12 ? 0 : 128)) return;
     s_stamp_sum[p] += clock64();
     s_stamp_count[p] += 1;
 }
 #define FR_TRACE(p) lab_stamp(p)
 #ifdef LAB_RAW /* ring depths to try (fp8_rs_tile.cuh's defaults otherwise) */
 #define FR_RAW_OF(FMT, BMA) LAB_RAW
+#endif
+#ifdef LAB_RAW_SMALL /* the same for the 64-, 32- and 16-row instances only */
+#define FR_RAW_OF(FMT, BMA) ((BMA) <= 32 ? LAB_RAW_SMALL : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
+#endif
+#ifdef LAB_NO_TMA_WARP /* every producer thread widens, thread 0 issues the TMAs between (before 2026-12-01) */
+#define FR_TMA_WARP_OF(BMA) 0
 #endif
 #ifdef LAB_CVT
 #define FR_CVT_OF(FMT, BMA) LAB_CVT

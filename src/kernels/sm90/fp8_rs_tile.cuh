@@ -25,10 +25,11 @@
  * 128 B, B 256 x 128 B, both 128-byte swizzled by TMA; W4A8's B 256 x 64 B,
  * 64-byte swizzled; NVFP4's A 128 x 64 B too), fp16 ring of FR_CVT_OF(FMT, BMA) stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
- * producer, FR_PRODUCER_REGS registers): all 128 threads widen a stage of A
- * and stage its scales, then thread 0 issues the TMA of a later stage (in
- * that order: the TMA waits for the consumers to free a raw stage, and must
- * not hold up the widening). Warpgroups 1 and 2 (consumers,
+ * producer, FR_PRODUCER_REGS registers): at 128 rows all 128 threads widen a
+ * stage of A and stage its scales, then thread 0 issues the TMA of a later
+ * stage (in that order: the TMA waits for the consumers to free a raw stage,
+ * and must not hold up the widening); at 64 rows or fewer warp 0 issues the
+ * TMAs alone and warps 1-3 widen (FR_TMA_WARP_OF). Warpgroups 1 and 2 (consumers,
  * FR_CONSUMER_REGS registers) own weight rows [128 h, 128 h + 128) (h = 0, 1:
  * the gate and up halves of a GEMM1 tile) as two m64 blocks, one after the
  * other per stage: 8 x wgmma m64n128k16 (RS) into part (64 fp32), wait, then
@@ -132,6 +133,17 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
 #define FR_RAW_OF(FMT, BMA) ((BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
 #endif
+/* The producer's warp 0 only issues the TMAs while the tile has 64 rows or
+ * fewer; its warps 1-3 widen. With all 128 threads widening, thread 0's wait
+ * for a free raw stage (before its TMA) held up its arrival on the next
+ * widened stage, so a stage was published only once the consumers had
+ * finished the one before the current (lab stamps at decode: consumers
+ * waited 23 % of the K loop for fp16 stages whose raw bytes had landed). At
+ * 128 rows the widening is the producer's bound and keeps all 128 threads. */
+#ifndef FR_TMA_WARP_OF
+#define FR_TMA_WARP_OF(BMA) ((BMA) <= 64)
+#endif
+#define FR_WIDEN_THREADS(BMA) (FR_TMA_WARP_OF(BMA) ? 96 : 128)
 /* fp16 activation stages (BMA x 128 fp16: 32 KB at 128 rows): 3, so that the
  * producer can widen a stage ahead of a slow one (2 made producer and
  * consumers wait on each other, Nsight Compute at 4721f3b); 2 for MXFP8 and
@@ -315,16 +327,17 @@ __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
  * 11-15 % of the decode tile's time (FR_LAB_SKIP_WIDEN). The instances of
  * 64 rows or fewer only: in the 128-row one (T >= 512: mostly full tiles) the test
  * made the mega kernel's producer spill (16 bytes). */
-template <int FMT, int BMA>
+template <int FMT, int BMA, int NT>
 __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am,
                                               int rows_valid)
 {
     if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
+        constexpr int RP = NT / 4; /* rows per pass of the NT threads */
 #pragma unroll
-        for (int i = 0; i < (BMA * 4 + 127) / 128; i++) { /* 16 rows: threads 0 .. 63 only */
-            if (BMA <= 64 && 32 * i >= rows_valid) break; /* rows 32 i .. 32 i + 31: none valid */
-            int r = t / 4 + 32 * i, j = t % 4;
-            if (BMA < 32 && r >= BMA) break;
+        for (int i = 0; i < (BMA + RP - 1) / RP; i++) { /* 16 rows, 128 threads: threads 0 .. 63 only */
+            if (BMA <= 64 && RP * i >= rows_valid) break; /* rows RP i .. RP i + RP - 1: none valid */
+            int r = t / 4 + RP * i, j = t % 4;
+            if (BMA % RP && r >= BMA) break;
             uint4 v = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
             uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -337,10 +350,12 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
             }
         }
     } else {
+        constexpr int RP = NT / 8;
 #pragma unroll
-        for (int i = 0; i < BMA * 8 / 128; i++) {
-            if (BMA <= 64 && 16 * i >= rows_valid) break; /* rows 16 i .. 16 i + 15: none valid */
-            int r = t / 8 + 16 * i, j = t % 8;
+        for (int i = 0; i < (BMA + RP - 1) / RP; i++) {
+            if (BMA <= 64 && RP * i >= rows_valid) break; /* rows RP i .. RP i + RP - 1: none valid */
+            int r = t / 8 + RP * i, j = t % 8;
+            if (BMA % RP && r >= BMA) break;
             uint4 lo, hi;
             e4m3x16_to_f16(fr_lds128(smem_u32(raw) + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
             if constexpr (FR_MX(FMT)) {
@@ -406,8 +421,9 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
     }
 }
 
-/* The producer warpgroup's own barrier (id 2; 1 is the consumers'). */
-__device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
+/* The widening threads' own barrier (id 2; 1 is the consumers'). */
+template <int NT>
+__device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2, %0;\n" ::"n"(NT) : "memory"); }
 
 /* Barrier 3: the consumers arrive once their setmaxnreg.dec gave the
  * registers back, and the producer waits there before its setmaxnreg.inc.
@@ -417,8 +433,50 @@ __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2
 __device__ __forceinline__ void fr_registers_back_arrive() { asm volatile("bar.arrive 3, 384;\n" ::: "memory"); }
 __device__ __forceinline__ void fr_registers_back_wait() { asm volatile("bar.sync 3, 384;\n" ::: "memory"); }
 
+/* Thread 0 of warpgroup 0: the TMA of raw stage kt, once the consumers and
+ * the widening are done with stage kt - RAW. */
+template <int FMT, int BMA>
+__device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
+                                               const CUtensorMap *tb, int row0, int64_t b_row, int n_k, int kt)
+{
+    constexpr int RAW = fr_smem<FMT, BMA>::RAW;
+    int st = kt % RAW;
+    FR_TRACE(10);
+    tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
+    FR_TRACE(11);
+    mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
+    tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
+    tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
+    if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers of the stage (rs_mults.cuh) */
+        bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT), FR_WREC_STAGE(FMT),
+                  &s.raw_full[st]);
+}
+
+/* Widening thread t (of FR_WIDEN_THREADS) on stage cv: its scales (cur,
+ * loaded a stage ahead), then its share of the stage's A rows in fp16. */
+template <int FMT, int BMA>
+__device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA> &s, const gemm_args &g, const fr_stage_scales &cur,
+                                               int rows_valid, int cv, int t)
+{
+    constexpr int RAW = fr_smem<FMT, BMA>::RAW, CVT = fr_smem<FMT, BMA>::CVT, NT = FR_WIDEN_THREADS(BMA);
+    int rs = cv % RAW, cs = cv % CVT;
+    FR_TRACE(8);
+    tile_wait(g, &s.raw_full[rs], (cv / RAW) & 1);
+    tile_wait(g, &s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
+    FR_TRACE(9);
+    fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
+    if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier<NT>(); /* the widening reads other rows' scales */
+#ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
+    fr_widen_rows<FMT, BMA, NT>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
+#endif
+    fence_proxy_async_shared(); /* generic writes -> wgmma reads */
+    mbar_arrive(&s.raw_empty[rs]);
+    mbar_arrive(&s.cvt_full[cs]);
+}
+
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
- * widening of A by all 128 threads. */
+ * widening of A (FR_WIDEN_THREADS threads: all 128, or warps 1-3 beside a
+ * TMA warp, FR_TMA_WARP_OF). */
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
@@ -426,47 +484,34 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
 {
     const int64_t b_row = (int64_t)e * g.N + n0;
     if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
+    constexpr int RAW = fr_smem<FMT, BMA>::RAW;
+    if constexpr (FR_TMA_WARP_OF(BMA)) {
+        if (t < 32) { /* the TMA warp: each raw stage as soon as its slot is free */
+            if (t == 0)
+#pragma unroll 1
+                for (int kt = 0; kt < n_k; kt++) fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+            return;
+        }
+        t -= 32;
+    }
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
     fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
-    constexpr int RAW = fr_smem<FMT, BMA>::RAW, CVT = fr_smem<FMT, BMA>::CVT;
-    /* Iteration kt widens stage kt - (RAW - 1), then issues the TMA of stage
-     * kt. That TMA waits until the consumers are done with stage kt - RAW,
-     * so it comes second: the widening of the next stage then overlaps the
-     * consumers' current one, and each raw stage has RAW - 1 stages of
-     * compute to land. */
+    /* With all 128 threads widening, iteration kt widens stage kt - (RAW - 1),
+     * then thread 0 issues the TMA of stage kt. That TMA waits until the
+     * consumers are done with stage kt - RAW, so it comes second: the widening
+     * of the next stage then overlaps the consumers' current one, and each raw
+     * stage has RAW - 1 stages of compute to land. */
+    constexpr int LEAD = FR_TMA_WARP_OF(BMA) ? 0 : RAW - 1;
 #pragma unroll 1
-    for (int kt = 0; kt < n_k + RAW - 1; kt++) {
-        const int cv = kt - (RAW - 1);
+    for (int kt = 0; kt < n_k + LEAD; kt++) {
+        const int cv = kt - LEAD;
         if (cv >= 0) {
-            int rs = cv % RAW, cs = cv % CVT;
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
-            FR_TRACE(8);
-            tile_wait(g, &s.raw_full[rs], (cv / RAW) & 1);
-            tile_wait(g, &s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
-            FR_TRACE(9);
-            fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
-            if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier(); /* the widening reads other rows' scales */
-#ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
-            fr_widen_rows<FMT, BMA>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
-#endif
-            fence_proxy_async_shared(); /* generic writes -> wgmma reads */
-            mbar_arrive(&s.raw_empty[rs]);
-            mbar_arrive(&s.cvt_full[cs]);
+            fr_widen_stage<FMT, BMA>(s, g, cur, rows_valid, cv, t);
         }
-        if (t == 0 && kt < n_k) { /* raw stage kt, RAW - 1 ahead of the one widened */
-            int st = kt % RAW;
-            FR_TRACE(10);
-            tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
-            FR_TRACE(11);
-            mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
-            tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
-            tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
-            if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers of the stage (rs_mults.cuh) */
-                bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT),
-                          FR_WREC_STAGE(FMT), &s.raw_full[st]);
-        }
+        if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
     }
 }
 
@@ -723,8 +768,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     smem_t &s = *(smem_t *)fr_align_1024<FMT == RS_FP8_BLOCK && !EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], 128 + 256);
-        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], 128), mbar_init(&s.cvt_empty[i], 256);
+        constexpr int NT = FR_WIDEN_THREADS(BMA);
+        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], NT + 256);
+        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], NT), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
         s.c_scale = FR_NV(FMT) ? __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e])) : 1.0f; /* as the mma.sync tile */
