@@ -73,14 +73,14 @@ static inline int moe_ep_rs_tile_on(moe_ep_path_t path, int H, int I, int fp8_fa
 }
 
 /* MX and NVFP4 layers on the register tile keep their weights' multipliers
- * made at load (rs_mults.cuh): 20 (MX) or 16 (NVFP4) bytes per weight row
- * and 128 K. */
+ * made at load (rs_mults.cuh): 12 (MXFP8), 20 (W4A8) or 16 (NVFP4) bytes
+ * per weight row and 128 K. */
 static inline int moe_ep_weight_records_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
     return path != MOE_EP_PATH_FP8_BLOCK && moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
 }
 #define MOE_EP_WEIGHT_RECORD_BYTES(path, rows, K) \
-    ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : 5) * 256 * 4)
+    ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : (path) == MOE_EP_PATH_W4A8 ? 5 : 3) * 256 * 4)
 
 /* Layers whose GEMMs run one tile kind at every T, so that a row's
  * bits never depend on the batch: the QGMMA tile (its bits differ from the

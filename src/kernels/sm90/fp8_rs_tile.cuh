@@ -155,8 +155,10 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * blocks, NVFP4 8 k16 blocks (16-bit), FP8-BLOCK none (1 to keep the arrays). */
 #define FR_MULT_BLOCKS(FMT) ((FMT) == RS_FP8_BLOCK ? 1 : 4)
 /* Words of a raw stage's weight record (rs_mults.cuh; FP8-BLOCK none: 4 to keep the array) and bytes between
- * the raw stages' records (MX: k32 blocks FR_BN * 4 apart, 2^ref_w FR_BN * 16 on; NVFP4: k16 blocks FR_BN * 2 apart). */
-#define FR_WREC_WORDS(FMT) (FR_MX(FMT) || FR_NV(FMT) ? FR_REC_WORDS(FR_NV(FMT)) : 4)
+ * the raw stages' records (MX: k32 blocks FR_BN * FR_WREC_MULT apart, 2^ref_w 4 blocks on; NVFP4: k16 blocks FR_BN * 2 apart). */
+#define FR_WREC_WORDS(FMT) (FR_MX(FMT) || FR_NV(FMT) ? FR_REC_WORDS(FR_NV(FMT), FR_E2M1(FMT)) : 4)
+/* Bytes of one row's multiplier in a record: f16 (MXFP8, NVFP4) or f16x2 (W4A8). */
+#define FR_WREC_MULT(FMT) ((FMT) == RS_W4A8 ? 4 : 2)
 #define FR_WREC_STAGE(FMT) (FR_WREC_WORDS(FMT) * 4)
 /* Bytes a raw stage's bulk copy of the record brings (FP8-BLOCK: none; its mbarrier must not expect any). */
 #define FR_WREC_BYTES(FMT) (FR_MX(FMT) || FR_NV(FMT) ? FR_WREC_STAGE(FMT) : 0)
@@ -175,8 +177,8 @@ struct fr_smem {
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
     static constexpr int MREC = FR_WREC_WORDS(FMT); /* words of a stage's weight multipliers */
     uint32_t wrec[RAW][MREC];      /* MX, NVFP4: the weights' record of the stage (rs_mults.cuh; MX: the
-                                      k32 multipliers [4][FR_BN] and 2^ref_w [FR_BN]; NVFP4: uint16_t
-                                      [8][FR_BN], the scales per k16 block), by bulk copy */
+                                      k32 multipliers [4][FR_BN] (MXFP8 f16, W4A8 f16x2), 2^ref_w [FR_BN]; NVFP4:
+                                      uint16_t [8][FR_BN], the scales per k16 block), by bulk copy */
     static constexpr int RINGS = CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
@@ -537,8 +539,8 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
     a.act = smem_u32(s.a[0][0]);
     a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
-    a.wm = smem_u32(&s.wrec[0][0]) + (128 * h + g) * (FR_NV(FMT) ? 2 : 4);
-    a.sw = a.wm + 4 * FR_BN * 4;
+    a.wm = smem_u32(&s.wrec[0][0]) + (128 * h + g) * FR_WREC_MULT(FMT);
+    a.sw = smem_u32(&s.wrec[0][0]) + 4 * FR_BN * FR_WREC_MULT(FMT) + (128 * h + g) * 4;
     a.sw_key = FR_E2M1(FMT) ? (g >> 1) & 3 : g & 7, a.q = q;
     return a;
 }
@@ -647,9 +649,15 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
         if ((!FR_E2M1(FMT) || kk % 2 == 0) && wi + AHEAD < WORDS) /* at word wi's first use: the word AHEAD on */
             fr_load_word<FMT>(x[wi + AHEAD], y[wi + AHEAD], ad, rs, B, wi + AHEAD);
-        if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers */
-            uint32_t wm = ad.wm + rs * FR_WREC_STAGE(FMT) + (kk / 2) * FR_BN * 4 + B * 256;
-            r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
+        if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers (MXFP8's f16 doubled into f16x2) */
+            constexpr int M = FR_WREC_MULT(FMT);
+            uint32_t wm = ad.wm + rs * FR_WREC_STAGE(FMT) + (kk / 2) * FR_BN * M + B * 64 * M;
+            if constexpr (M == 4) {
+                r.m[0] = fr_ld_u32(wm), r.m[1] = fr_ld_u32(wm + 32);
+            } else {
+                uint32_t m0 = fr_ld_u16(wm), m1 = fr_ld_u16(wm + 16);
+                r.m[0] = m0 | m0 << 16, r.m[1] = m1 | m1 << 16;
+            }
         }
         fr_step_bytes<FMT>(r, x[wi], y[wi], kk);
         fr_widen_step<FMT>(a[kk % FR_RING], r);

@@ -66,17 +66,25 @@ __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2
 }
 
 /* The weights' record of one 256-row group and one 128-wide K block, at
- * ((row / 256) * (K / 128) + k block) * FR_REC_WORDS(nv) words of the
+ * ((row / 256) * (K / 128) + k block) * FR_REC_WORDS(nv, e2m1) words of the
  * matrix's array, n the row within the group:
- *   MX (5 KB):    words [j * 256 + n], j = 0..3: the k32 block j multiplier
- *                 as f16x2 (fr_mx_mult, W4A8 fr_mx_mult_e2m1);
- *                 word [4 * 256 + n]: 2^ref, fp32 bits;
+ *   MXFP8 (3 KB): halves [j * 256 + n], j = 0..3: the k32 block j multiplier
+ *                 as f16 (fr_mx_mult; the consumer doubles it into f16x2);
+ *                 word [2 * 256 + n]: 2^ref, fp32 bits;
+ *   W4A8 (5 KB):  words [j * 256 + n]: the same multipliers (fr_mx_mult_e2m1)
+ *                 as f16x2, word [4 * 256 + n]: 2^ref;
  *   NVFP4 (4 KB): halves [j * 256 + n], j = 0..7: the k16 block j scale
  *                 times 2^7 as f16 (fr_store_e4m3x8).
- * 20 (MX) or 16 (NVFP4) bytes per row and 128 K beside the 4 or 8 bytes of
- * scales they come from. */
+ * 12 (MXFP8), 20 (W4A8) or 16 (NVFP4) bytes per row and 128 K beside the 4
+ * or 8 bytes of scales they come from. At decode the tile streams them with
+ * the weights: MXFP8's were 20 bytes too (5 KB beside a stage's 32 KB of
+ * E4M3 weights); halved, its decode tiles run 1-3 % faster, where W4A8's,
+ * bound by their consumers' work rather than by bytes, ran 0-2 % slower
+ * with the extra doubling (2026-12-01). */
 #define FR_REC_ROWS 256
-#define FR_REC_WORDS(nv) ((nv) ? 4 * FR_REC_ROWS : 5 * FR_REC_ROWS)
+#define FR_REC_WORDS(nv, e2m1) ((nv) ? 4 * FR_REC_ROWS : (e2m1) ? 5 * FR_REC_ROWS : 3 * FR_REC_ROWS)
+/* MXFP8's multipliers are f16 halves, W4A8's f16x2 words. */
+#define FR_REC_HALVES(nv, e2m1) (!(nv) && !(e2m1))
 
 /* Item i (of rows x K / 128; the row fastest, so the records' stores are
  * coalesced) of the records of a [rows][K] matrix (rows % 256, K % 128) from
@@ -88,18 +96,20 @@ __device__ __forceinline__ void fr_weight_records_item(const uint8_t *scales, in
     if (i >= rows * kbs) return;
     const int n = (int)(i % FR_REC_ROWS);
     const int64_t rest = i / FR_REC_ROWS, kb = rest % kbs, group = rest / kbs, row = group * FR_REC_ROWS + n;
-    uint32_t *rec = records + (group * kbs + kb) * FR_REC_WORDS(nv);
+    uint32_t *rec = records + (group * kbs + kb) * FR_REC_WORDS(nv, e2m1);
     if (nv) {
         fr_store_e4m3x8((uint16_t *)rec + n, FR_REC_ROWS, *(const uint2 *)(scales + row * (K / 16) + 8 * kb));
         return;
     }
     const uint32_t w = *(const uint32_t *)(scales + row * (K / 32) + 4 * kb), ref = fr_mx_ref(w);
+    const bool halves = FR_REC_HALVES(nv, e2m1);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        uint32_t b = (w >> (8 * j)) & 0xFF;
-        rec[j * FR_REC_ROWS + n] = e2m1 ? fr_mx_mult_e2m1(ref, b) : fr_mx_mult(ref, b);
+        uint32_t b = (w >> (8 * j)) & 0xFF, m = e2m1 ? fr_mx_mult_e2m1(ref, b) : fr_mx_mult(ref, b);
+        if (halves) ((uint16_t *)rec)[j * FR_REC_ROWS + n] = (uint16_t)m;
+        else rec[j * FR_REC_ROWS + n] = m;
     }
-    rec[4 * FR_REC_ROWS + n] = __float_as_uint(moe_ep_ue8m0_to_f32((uint8_t)ref));
+    rec[(halves ? 2 : 4) * FR_REC_ROWS + n] = __float_as_uint(moe_ep_ue8m0_to_f32((uint8_t)ref));
 }
 
 #endif
