@@ -150,6 +150,11 @@ __global__ void prep_permute_fragments(uint8_t *data, int64_t chunks, int e2m1)
     ((uint4 *)data)[i] = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+/* The host's record sizes (split_kernels.h, allocations) are the device layout's. */
+static_assert(MOE_EP_WEIGHT_RECORD_BYTES(MOE_EP_PATH_MXFP8, 256, 128) == 4 * FR_REC_WORDS(0, 0), "MXFP8 records");
+static_assert(MOE_EP_WEIGHT_RECORD_BYTES(MOE_EP_PATH_W4A8, 256, 128) == 4 * FR_REC_WORDS(0, 1), "W4A8 records");
+static_assert(MOE_EP_WEIGHT_RECORD_BYTES(MOE_EP_PATH_NVFP4, 256, 128) == 4 * FR_REC_WORDS(1, 1), "NVFP4 records");
+
 /* MX and NVFP4 weights on the register tile: the multiplier records of a
  * [rows][K] matrix (rows % 256, K % 128) from its scales, one thread per row
  * and 128-wide K block (rs_mults.cuh). */
