@@ -31,10 +31,11 @@ __shared__ long long s_stamp_sum[LAB_POINTS], s_stamp_count[LAB_POINTS];
 
 /* Points 7, 10, 11 by the producer's first thread (the TMA), 8 and 9 by its
  * thread 32 (a widening thread with or without the TMA warp), the others by
- * consumer 0's. */
+ * consumer 0's; 14 and 15 (the widening thread's scales and barrier done,
+ * its widening done) by thread 32 too. */
 __device__ __forceinline__ void lab_stamp(int p)
 {
-    if (threadIdx.x != (p == 8 || p == 9 ? 32 : p >= 7 && p < 12 ? 0 : 128)) return;
+    if (threadIdx.x != (p == 8 || p == 9 || p >= 14 ? 32 : p >= 7 && p < 12 ? 0 : 128)) return;
     s_stamp_sum[p] += clock64();
     s_stamp_count[p] += 1;
 }
@@ -229,6 +230,8 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
            c.name, E, rows_per_expert, K, best_ms * 1e3, b_bytes / (best_ms * 1e-3) / 1e9, mhz, 100.0 * mac_per_clk / 2048, per_tile(4, 0), per_tile(4, 0) / stages,
            per_tile(1, 0), per_tile(6, 5), per_tile(2, 0), per_tile(3, 2), per_tile(12, 2), per_tile(13, 12), per_tile(4, 3), per_tile(7, 0),
            per_tile(9, 8), per_tile(11, 10));
+    printf("%-34s producer per tile (thread 32): stage waits %6.0f, scales + barrier %6.0f, widening %6.0f\n", c.name,
+           per_tile(9, 8), per_tile(14, 9), per_tile(15, 14));
     cudaFree(a), cudaFree(b), cudaFree(as), cudaFree(bs), cudaFree(gs), cudaFree(g.out), cudaFree(g.out_scales);
     cudaFree(d_eo), cudaFree(d_to), cudaFree(err), cudaFree(sum), cudaFree(cnt);
 }

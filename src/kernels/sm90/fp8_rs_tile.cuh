@@ -333,7 +333,35 @@ template <int FMT, int BMA, int NT>
 __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am,
                                               int rows_valid)
 {
-    if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
+    if constexpr (FR_NV(FMT) && BMA == 128 && NT == 128) {
+        /* 128 rows: all four passes' loads first, then their widening. The
+         * loads and stores are asm volatile, so pass by pass each waited for
+         * its loads (lab stamps: 1 940 cycles a stage, the producer busy
+         * nearly all of NVFP4's K loop). */
+        constexpr int RP = 32, P = BMA / RP;
+        const int j = t % 4;
+        uint4 v[P];
+        uint32_t sc[P][2];
+#pragma unroll
+        for (int i = 0; i < P; i++) {
+            const int r = t / 4 + RP * i;
+            v[i] = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
+            sc[i][0] = fr_ld_u16(am + ((2 * j) * BMA + r) * 2), sc[i][1] = fr_ld_u16(am + ((2 * j + 1) * BMA + r) * 2);
+        }
+#pragma unroll
+        for (int i = 0; i < P; i++) {
+            const int r = t / 4 + RP * i;
+            const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const uint32_t m = sc[i][u / 2] | sc[i][u / 2] << 16;
+                uint32_t o[4];
+#pragma unroll
+                for (int b = 0; b < 4; b++) o[b] = fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), m);
+                fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
+            }
+        }
+    } else if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
         constexpr int RP = NT / 4; /* rows per pass of the NT threads */
 #pragma unroll
         for (int i = 0; i < (BMA + RP - 1) / RP; i++) { /* 16 rows, 128 threads: threads 0 .. 63 only */
@@ -468,9 +496,11 @@ __device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA> &s, const gemm_
     FR_TRACE(9);
     fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier<NT>(); /* the widening reads other rows' scales */
+    FR_TRACE(14);
 #ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
     fr_widen_rows<FMT, BMA, NT>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
 #endif
+    FR_TRACE(15);
     fence_proxy_async_shared(); /* generic writes -> wgmma reads */
     mbar_arrive(&s.raw_empty[rs]);
     mbar_arrive(&s.cvt_full[cs]);
