@@ -314,13 +314,44 @@ __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
     lo = make_uint4(o[0], o[1], o[2], o[3]), hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
+/* NVFP4: raw chunk j (16 B, 32 elements) of row r (64-byte rows, 64-byte
+ * swizzle), and the shared address of k16 scale block q of row r. */
+template <int BMA>
+__device__ __forceinline__ uint32_t fr_nv_chunk_addr(const uint8_t *raw, int r, int j)
+{
+    return smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4);
+}
+template <int BMA>
+__device__ __forceinline__ uint32_t fr_nv_scale_addr(uint32_t am, int r, int q)
+{
+    return am + (q * BMA + r) * 2;
+}
+
+/* NVFP4: chunk v (chunk j of row r) widened to fp16 and stored; sc0 / sc1 the
+ * f16 scales (x 2^7) of its two k16 blocks 2 j, 2 j + 1. */
+template <int BMA>
+__device__ __forceinline__ void fr_widen_nv_chunk(__half (*out)[BMA * 64], int r, int j, uint4 v, uint32_t sc0,
+                                                  uint32_t sc1)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int u = 0; u < 4; u++) { /* elements 32 j + 8 u .. + 7, scale block 2 j + u / 2 */
+        const uint32_t sc = u < 2 ? sc0 : sc1, m = sc | sc << 16;
+        uint32_t o[4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) o[b] = fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), m); /* m: the scale x 2^7 */
+        fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
+    }
+}
+
 /* Raw activation stage (BMA rows x 128 E4M3, 128-byte swizzle) -> fp16 in
- * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by 128
- * threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
- * j / 4. Thread t widens chunks t + 128 i (rows t / 8 + 16 i, chunk t % 8);
+ * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by the
+ * widening threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
+ * j / 4. Thread t of the NT widening threads (128, or 96 beside the TMA warp:
+ * FR_WIDEN_THREADS) widens chunks t + NT i (rows t / 8 + NT / 8 i, chunk t % 8);
  * MXFP8: times the row's multiplier of k32 block j / 2 (am: the stage's
  * [4][BMA] table, shared address). Only the row groups that hold valid rows
- * (rows_valid): a group is all 128 threads' rows of one i, so the test is
+ * (rows_valid): a group is all NT threads' rows of one i, so the test is
  * the same in every thread. The rows past them keep what the stage held
  * before; they give output rows no epilogue writes (each output row depends
  * on its own activation row only), as the garbage rows of a partial tile's
@@ -345,39 +376,21 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
 #pragma unroll
         for (int i = 0; i < P; i++) {
             const int r = t / 4 + RP * i;
-            v[i] = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
-            sc[i][0] = fr_ld_u16(am + ((2 * j) * BMA + r) * 2), sc[i][1] = fr_ld_u16(am + ((2 * j + 1) * BMA + r) * 2);
+            v[i] = fr_lds128(fr_nv_chunk_addr<BMA>(raw, r, j));
+            sc[i][0] = fr_ld_u16(fr_nv_scale_addr<BMA>(am, r, 2 * j)), sc[i][1] = fr_ld_u16(fr_nv_scale_addr<BMA>(am, r, 2 * j + 1));
         }
 #pragma unroll
-        for (int i = 0; i < P; i++) {
-            const int r = t / 4 + RP * i;
-            const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const uint32_t m = sc[i][u / 2] | sc[i][u / 2] << 16;
-                uint32_t o[4];
-#pragma unroll
-                for (int b = 0; b < 4; b++) o[b] = fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), m);
-                fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
-            }
-        }
-    } else if constexpr (FR_NV(FMT)) { /* 64-byte rows, 64-byte swizzle: chunk j (16 B, 32 elements) of row r */
+        for (int i = 0; i < P; i++) fr_widen_nv_chunk<BMA>(out, t / 4 + RP * i, j, v[i], sc[i][0], sc[i][1]);
+    } else if constexpr (FR_NV(FMT)) {
         constexpr int RP = NT / 4; /* rows per pass of the NT threads */
 #pragma unroll
         for (int i = 0; i < (BMA + RP - 1) / RP; i++) { /* 16 rows, 128 threads: threads 0 .. 63 only */
             if (BMA <= 64 && RP * i >= rows_valid) break; /* rows RP i .. RP i + RP - 1: none valid */
             int r = t / 4 + RP * i, j = t % 4;
             if (BMA % RP && r >= BMA) break;
-            uint4 v = fr_lds128(smem_u32(raw) + r * 64 + ((j ^ ((r >> 1) & 3)) << 4));
-            uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int u = 0; u < 4; u++) { /* elements 32 j + 8 u .. + 7, scale block 2 j + u / 2 */
-                uint32_t sc = fr_ld_u16(am + ((2 * j + u / 2) * BMA + r) * 2), m = sc | sc << 16, o[4];
-#pragma unroll
-                for (int b = 0; b < 4; b++)
-                    o[b] = fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), m); /* m: the scale x 2^7 */
-                fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
-            }
+            const uint4 v = fr_lds128(fr_nv_chunk_addr<BMA>(raw, r, j));
+            fr_widen_nv_chunk<BMA>(out, r, j, v, fr_ld_u16(fr_nv_scale_addr<BMA>(am, r, 2 * j)),
+                                   fr_ld_u16(fr_nv_scale_addr<BMA>(am, r, 2 * j + 1)));
         }
     } else {
         constexpr int RP = NT / 8;
