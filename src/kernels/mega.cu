@@ -1252,7 +1252,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     const char *name = "mega_forward";
     size_t smem = mega_smem_bytes<BM, MODE>(a->d);
     int threads = mega_threads<BM, MODE>();
-    if (MODE_RS(MODE)) MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
+    if (MODE_RS(MODE) || MODE == MODE_QGMMA) MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
     cudaError_t e = cudaFuncSetAttribute(mega_forward<BM, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)

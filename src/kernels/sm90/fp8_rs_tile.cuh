@@ -91,7 +91,7 @@
  * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. W4A8 at 128 rows 40 / 232: with
  * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
  * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
-#define FR_LAUNCH_REGS 168
+#define FR_LAUNCH_REGS QG_LAUNCH_REGS /* 168: a block of 384 threads */
 #define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 
@@ -468,14 +468,6 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
 template <int NT>
 __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2, %0;\n" ::"n"(NT) : "memory"); }
 
-/* Barrier 3: the consumers arrive once their setmaxnreg.dec gave the
- * registers back, and the producer waits there before its setmaxnreg.inc.
- * Without it the producer's warps spun in setmaxnreg.inc through the
- * consumers' last stage and epilogue, taking issue slots (Nsight Compute:
- * 2 M retries in one W4A8 decode kernel, 2026-11-30). */
-__device__ __forceinline__ void fr_registers_back_arrive() { asm volatile("bar.arrive 3, 384;\n" ::: "memory"); }
-__device__ __forceinline__ void fr_registers_back_wait() { asm volatile("bar.sync 3, 384;\n" ::: "memory"); }
-
 /* Thread 0 of warpgroup 0: the TMA of raw stage kt, once the consumers and
  * the widening are done with stage kt - RAW. */
 template <int FMT, int BMA>
@@ -834,7 +826,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
          * consumers' last stages and the epilogue, not after them */
         if (t == 0 && g.claim_counter) s.claimed = atomicAdd(g.claim_counter, 1);
         FR_TRACE(7);
-        fr_registers_back_wait(); /* asleep until the consumers gave their registers back */
+        wg_registers_back_wait(); /* asleep until the consumers gave their registers back */
         setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
@@ -882,7 +874,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         }
         FR_TRACE(3);
         setmaxnreg_dec<FR_LAUNCH_REGS>();
-        fr_registers_back_arrive();
+        wg_registers_back_arrive();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
     if (threadIdx.x == 0) {

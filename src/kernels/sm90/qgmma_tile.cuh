@@ -13,8 +13,10 @@
  * activation scale and sw the weight block's scale of this K block (one per
  * 128 x 128 weight block: a warpgroup's 128 columns are one block).
  *
- * Registers: 64 fp32 accumulators + 64 partial sums per thread; two 64 x 256
- * (or one 128 x 256) warpgroup tiles would need 256.
+ * Registers: 64 fp32 accumulators + two sets of 64 partial sums per thread
+ * (QG_CONSUMER_REGS after setmaxnreg; the producer gives its registers up):
+ * K step kt's wgmmas run while step kt - 1's sums are promoted. Two 64 x 256
+ * (or one 128 x 256) warpgroup tiles would need 384.
  *
  * Opt-in (config.fp8_fast_accum): the FP8 tensor cores sum their products at
  * reduced precision (measured on the H200: FP8-BLOCK outputs 5e-3 from the
@@ -32,6 +34,11 @@
 #define QG_BN 256
 #define QG_BK 128 /* E4M3 elements (= bytes) per row per K step */
 #define QG_STAGES 4
+/* Registers per thread: the launch's (384 threads), the producer's and the
+ * consumers' after setmaxnreg (40 x 128 + 232 x 256 <= 65536). */
+#define QG_LAUNCH_REGS 168
+#define QG_PRODUCER_REGS 40
+#define QG_CONSUMER_REGS 232
 
 struct qg_smem {
     uint8_t a[QG_STAGES][QG_BM * QG_BK]; /* 8 KB per stage, 1024-byte aligned */
@@ -81,15 +88,81 @@ __device__ __forceinline__ void fp8_promote(float *acc, const float *part, float
     }
 }
 
-/* One K step of a consumer warpgroup: 4 x m64n128k32 into part (zeroed first). */
-__device__ __forceinline__ void qg_step(float *part, const uint8_t *a, const uint8_t *b)
+/* K step kt of a consumer warpgroup issued: 4 x m64n128k32 into part
+ * (zeroed first), committed as one group, not waited for. */
+__device__ __forceinline__ void qg_issue(float *part, const uint8_t *a, const uint8_t *b)
 {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < QG_BK / 32; kk++) /* +32 bytes (2 x 16 B) per k32 step */
         wgmma_m64n128k32_e4m3(part, smem_desc(a) + 2 * kk, smem_desc(b) + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
+}
+
+/* The sums of a finished wgmma group, pinned after its wait: nothing reads
+ * them before it. */
+__device__ __forceinline__ void qg_pin(float *part)
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(part[i])::"memory");
+}
+
+/* Consumer state across K steps: the ring, the scales, the promoted sums. */
+struct qg_consumer {
+    qg_smem *s;
+    fp8_block_scales sc;
+    int h;
+    float s0, s1; /* scale products of the step whose sums are in flight */
+};
+
+/* K step kt (>= 1): wait for step kt - 1 (its sums in `prev`) and free its
+ * stage, issue kt into `next`, then promote kt - 1 while kt runs. Freeing
+ * kt - 1 before waiting for kt keeps the whole ring loading (at decode a
+ * stage freed only after the next one landed cost 2-4 %). The scales of kt
+ * are read before its wgmmas and used one step later. */
+__device__ __forceinline__ void qg_step(const gemm_args &g, qg_consumer &c, float *acc, float *next, float *prev, int kt)
+{
+    const int st = kt % QG_STAGES;
+    float s0, s1;
+    fp8_scales_at(c.sc, kt, s0, s1);
     wgmma_wait<0>();
+    qg_pin(prev);
+    mbar_arrive(&c.s->empty[(kt - 1) % QG_STAGES]);
+    tile_wait(g, &c.s->full[st], (kt / QG_STAGES) & 1);
+    qg_issue(next, c.s->a[st], &c.s->b[st][128 * c.h * QG_BK]);
+    fp8_promote(acc, prev, c.s0, c.s1);
+    c.s0 = s0, c.s1 = s1;
+}
+
+/* The last K step's sums: wait for them, free the stage, promote them. */
+__device__ __forceinline__ void qg_last(qg_consumer &c, float *acc, float *last, int n_k)
+{
+    wgmma_wait<0>();
+    qg_pin(last);
+    mbar_arrive(&c.s->empty[(n_k - 1) % QG_STAGES]);
+    fp8_promote(acc, last, c.s0, c.s1);
+}
+
+/* A consumer warpgroup's K loop: steps in pairs so that the two sets of
+ * sums stay in named registers. */
+__device__ __forceinline__ void qg_k_loop(const gemm_args &g, qg_consumer &c, float *acc, int n_k)
+{
+    float p0[64], p1[64];
+    fp8_scales_at(c.sc, 0, c.s0, c.s1);
+    tile_wait(g, &c.s->full[0], 0);
+    qg_issue(p0, c.s->a[0], &c.s->b[0][128 * c.h * QG_BK]);
+    int kt = 1;
+#pragma unroll 1
+    for (; kt + 1 < n_k; kt += 2) {
+        qg_step(g, c, acc, p1, p0, kt);
+        qg_step(g, c, acc, p0, p1, kt + 1);
+    }
+    if (kt < n_k) { /* odd n_k: the last step's sums in p1 */
+        qg_step(g, c, acc, p1, p0, kt);
+        qg_last(c, acc, p1, n_k);
+    } else {
+        qg_last(c, acc, p0, n_k);
+    }
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: QG_SMEM_BYTES of
@@ -105,25 +178,24 @@ __device__ __forceinline__ void qgmma_tile(const gemm_args &g, const CUtensorMap
     if (threadIdx.x == 0) wg_ring_init<QG_STAGES>(g, s.full, s.empty);
     __syncthreads();
     if (wg == 0) { /* producer */
+        setmaxnreg_dec<QG_PRODUCER_REGS>();
         if (t == 0)
             wg_produce<QG_STAGES>(g, s.full, s.empty, s.a[0], sizeof s.a[0], s.b[0], sizeof s.b[0], ta, tb, n_k, QG_BK,
                                   (int)row0, e * g.N + n0);
+        wg_registers_back_wait(); /* asleep until the consumers gave their registers back */
+        setmaxnreg_inc<QG_LAUNCH_REGS>();
     } else { /* consumers: warpgroup h = wg - 1 owns columns [128 h, 128 h + 128) */
+        setmaxnreg_inc<QG_CONSUMER_REGS>();
         int h = wg - 1, warp = t / 32, lane = t % 32, r = 16 * warp + lane / 4; /* rows r and r + 8 */
-        const fp8_block_scales sc = fp8_scales_of(g, e, row0, rows_valid, n0, h, r);
-        float acc[64], part[64];
+        qg_consumer c;
+        c.s = &s, c.h = h, c.sc = fp8_scales_of(g, e, row0, rows_valid, n0, h, r);
+        float acc[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.0f;
-        for (int kt = 0; kt < n_k; kt++) {
-            int st = kt % QG_STAGES;
-            float s0, s1;
-            fp8_scales_at(sc, kt, s0, s1);
-            tile_wait(g, &s.full[st], (kt / QG_STAGES) & 1);
-            qg_step(part, s.a[st], &s.b[st][128 * h * QG_BK]);
-            mbar_arrive(&s.empty[st]);
-            fp8_promote(acc, part, s0, s1);
-        }
+        qg_k_loop(g, c, acc, n_k);
         wg_epilogue<16, QG_BM, QG_BN>(g, &s, acc, r, 128 * h, lane, row0, rows_valid, n0);
+        setmaxnreg_dec<QG_LAUNCH_REGS>();
+        wg_registers_back_arrive();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the ring and C are free */
     if (threadIdx.x == 0) wg_ring_inval<QG_STAGES>(g, s.full, s.empty);

@@ -127,7 +127,7 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     MOE_EP_CHECK(KIND == TILE_QGMMA ? qg_make_maps(g, rows_capacity, &ta, &tb)
                  : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
                                      : fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb));
-    if (S::RS) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
+    if (S::RS || KIND == TILE_QGMMA) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)S::SMEM);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));

@@ -43,6 +43,14 @@ struct wg_smem {
 #define WG_SMEM_BYTES (sizeof(wg_smem) + 1024)
 
 __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+/* Barrier 3 (register tile, QGMMA tile): the consumers arrive once their
+ * setmaxnreg.dec gave the registers back, and the producer waits there
+ * before its setmaxnreg.inc. Without it the producer's warps spun in
+ * setmaxnreg.inc through the consumers' last stage and epilogue, taking
+ * issue slots (Nsight Compute: 2 M retries in one W4A8 decode kernel,
+ * 2026-11-30). */
+__device__ __forceinline__ void wg_registers_back_arrive() { asm volatile("bar.arrive 3, 384;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_registers_back_wait() { asm volatile("bar.sync 3, 384;\n" ::: "memory"); }
 
 /* The ring's mbarriers, by thread 0 (then the caller synchronises): full[i]
  * completes on the producers' arrivals (one, or mega's gathering warpgroup:
