@@ -34,9 +34,11 @@
 #define MODE_MX_RS 6  /* MXFP8 */
 #define MODE_W4_RS 7  /* W4A8 */
 #define MODE_NV_RS 8  /* NVFP4 */
-#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS)
+#define MODE_QG_RS 9  /* FP8-BLOCK with fp8_fast_accum: the tile's QGMMA instances (RS_FP8_QG) */
+#define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS || (m) == MODE_QG_RS)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_RS(m))
-#define RS_FMT_OF(m) ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : RS_FP8_BLOCK)
+#define RS_FMT_OF(m) \
+    ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
 
 /* Staged items (dispatch, local combine): their input rows move into the
  * shared memory the GEMM tiles leave free between items by bulk copies, a
@@ -51,7 +53,7 @@ __host__ __device__ constexpr int mega_act_format()
 {
     return MODE == MODE_WGMMA || MODE == MODE_BF16                                          ? MOE_EP_FORMAT_BF16
            : MODE == MODE_NV_RS || MODE == MODE_CVT                                         ? MOE_EP_FORMAT_NVFP4
-           : MODE == MODE_QGMMA || MODE == MODE_FP8_RS || (MODE == MODE_FP8 && SB == 128) ? MOE_EP_FORMAT_FP8_BLOCK
+           : MODE == MODE_QGMMA || MODE == MODE_FP8_RS || MODE == MODE_QG_RS || (MODE == MODE_FP8 && SB == 128) ? MOE_EP_FORMAT_FP8_BLOCK
                                                                                             : MOE_EP_FORMAT_MXFP8;
 }
 
@@ -1328,7 +1330,7 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
         }
         return small ? launch<16, MODE_FP8, 32>(a, s) : launch<32, MODE_FP8, 32>(a, s);
     case MOE_EP_FORMAT_FP8_BLOCK:
-        if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch<QG_BM, MODE_QGMMA, 128>(a, s);
+        if (moe_ep_qgmma_on(a->d.path, a->d.H, a->d.I, a->d.fp8_fast_accum)) return launch_rs<MODE_QG_RS, 128>(a, s);
         if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I))
             return launch_rs<MODE_FP8_RS, 128>(a, s);
         return small ? launch<16, MODE_FP8, 128>(a, s) : launch<32, MODE_FP8, 128>(a, s);

@@ -107,7 +107,6 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
  * flash layers lost 4-7 %; 128 by 10-22 % at 72). */
 static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, long long rows, int E)
 {
-    if (moe_ep_qgmma_on(path, H, I, fp8_fast_accum)) return 64;
     if (rows <= 8LL * E) return 16;
     if (rows <= 28LL * E) return 32;
     return rows <= 64LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
@@ -118,7 +117,6 @@ static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int 
  * wgmma m64nNk16 whatever N). */
 static inline int moe_ep_single_tile_allows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, int v)
 {
-    if (moe_ep_qgmma_on(path, H, I, fp8_fast_accum)) return v == 64;
     return v == 16 || v == 32 || v == 64 || v == MOE_EP_RS_TILE_ROWS;
 }
 

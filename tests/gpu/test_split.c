@@ -795,14 +795,13 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
 static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,
                              cudaStream_t stream, uint16_t *base, uint16_t *out)
 {
-    static const int all[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}}, qgmma[2][2] = {{64, 1}, {64, 2}},
+    static const int all[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}},
                      rs[6][2] = {{16, 1}, {32, 1}, {64, 1}, {128, 1}, {64, 2}, {128, 2}};
     char label[96];
     int wg_shapes = f->H % 256 == 0 && f->I % 128 == 0;
-    int one_tile = s.path != MOE_EP_PATH_BF16 && wg_shapes; /* the quantized paths: the register tile */
-    int on_qgmma = one_tile && s.fp8_fast_accum && s.path == MOE_EP_PATH_FP8_BLOCK;
-    const int(*sets)[2] = on_qgmma ? qgmma : one_tile ? rs : all;
-    int n_sets = on_qgmma ? 2 : one_tile ? 6 : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
+    int one_tile = s.path != MOE_EP_PATH_BF16 && wg_shapes; /* the quantized paths: the register tile (fp8_fast_accum: its QGMMA instances) */
+    const int(*sets)[2] = one_tile ? rs : all;
+    int n_sets = one_tile ? 6 : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
     moe_ep_knob_source_t tuned = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_AUTOTUNED,
                          cached = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_CACHE;
     for (int i = 0; i < n_sets; i++) {
@@ -1013,14 +1012,15 @@ static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
-/* fp8_fast_accum: FP8-BLOCK on the QGMMA tile. Every wire against the
- * reference (its own tolerances) with both GPU backends giving the same bytes;
- * EP sizes R = 1, 2, 4, 8 the same bytes; explicit knobs (only 64 rows) the
- * same bytes and 16 rows refused; graph replay equals eager. */
+/* fp8_fast_accum: FP8-BLOCK on the register tile's QGMMA instances. Every
+ * wire against the reference (its own tolerances) with both GPU backends
+ * giving the same bytes; EP sizes R = 1, 2, 4, 8 the same bytes; explicit
+ * knobs (16, 32, 64 and 128 rows) the same bytes and 48 rows refused; graph
+ * replay equals eager. */
 static void test_fp8_fast_accum(uint64_t *rng, cudaStream_t stream)
 {
     enum { TOTAL = 64 };
-    printf("fp8_fast_accum (FP8-BLOCK on the QGMMA tile)\n");
+    printf("fp8_fast_accum (FP8-BLOCK on QGMMA)\n");
     setenv("MOE_EP_KNOB_CACHE", "off", 1);
     fixture_t f;
     fixture_init(&f, SE, SK, SH, SI, 2 * SMAX, ROUTE_UNIFORM, rng);
@@ -1049,12 +1049,12 @@ static void test_fp8_fast_accum(uint64_t *rng, cudaStream_t stream)
         s.R = 2, s.max_tokens = SMAX;
         knobs_same_bytes(&f, s, &sp, &d, stream, base, out);
         moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
-        k.gemm_tile_rows = 16;
+        k.gemm_tile_rows = 48;
         s.knobs = &k;
         moe_ep_group_t g;
         moe_ep_layer_t l;
         moe_ep_status_t st = make_layer(&f, &s, stream, &g, &l);
-        EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT, "fast accum with 16-row tiles: %s, want INVALID_ARGUMENT",
+        EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT, "fast accum with 48-row tiles: %s, want INVALID_ARGUMENT",
                moe_ep_status_string(st));
         if (g) moe_ep_group_destroy(g);
         s.knobs = NULL;

@@ -95,7 +95,9 @@
 #define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 
-enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
+/* RS_FP8_QG: FP8-BLOCK with config.fp8_fast_accum, the same tile with both
+ * operands E4M3 in shared memory (SS QGMMA, no widening; see fr_block_qg). */
+enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3, RS_FP8_QG = 4 };
 
 /* MX scales (MXFP8, W4A8: UE8M0 per 32, folded per 128-wide K block); E2M1
  * weights (W4A8, NVFP4); NVFP4 (E4M3 scales per 16 folded exactly, the
@@ -103,6 +105,9 @@ enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3 };
 #define FR_MX(FMT) ((FMT) == RS_MXFP8 || (FMT) == RS_W4A8)
 #define FR_E2M1(FMT) ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4)
 #define FR_NV(FMT) ((FMT) == RS_NVFP4)
+#define FR_QG(FMT) ((FMT) == RS_FP8_QG)
+/* FP8-BLOCK's scales (s_x per activation row, s_w per 128 x 128 weight block), either tile. */
+#define FR_FP8B(FMT) ((FMT) == RS_FP8_BLOCK || (FMT) == RS_FP8_QG)
 /* Bytes of one raw activation row per stage: E4M3 128, NVFP4's E2M1 64 (64-byte swizzle). */
 #define FR_AROW(FMT) (FR_NV(FMT) ? 64 : 128)
 /* Bytes of one raw weight row per stage (128 K): E4M3 128 (128-byte
@@ -131,7 +136,7 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 2
  * (3 spills its mega kernel). 64 rows or fewer: E4M3 3, E2M1 4. */
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
-#define FR_RAW_OF(FMT, BMA) ((BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_NV(FMT) ? 4 : 2)
+#define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : 2)
 #endif
 /* The producer's warp 0 only issues the TMAs while the tile has 64 rows or
  * fewer; its warps 1-3 widen. With all 128 threads widening, thread 0's wait
@@ -149,11 +154,11 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * consumers wait on each other, Nsight Compute at 4721f3b); 2 for MXFP8 and
  * W4A8 at 128 rows, whose mega kernels spill with 3. */
 #ifndef FR_CVT_OF
-#define FR_CVT_OF(FMT, BMA) (FR_MX(FMT) && (BMA) == 128 ? 2 : 3)
+#define FR_CVT_OF(FMT, BMA) (FR_QG(FMT) ? 4 : FR_MX(FMT) && (BMA) == 128 ? 2 : 3)
 #endif
 /* Scale blocks per stage kept for the multipliers: MXFP8 and W4A8 4 k32
  * blocks, NVFP4 8 k16 blocks (16-bit), FP8-BLOCK none (1 to keep the arrays). */
-#define FR_MULT_BLOCKS(FMT) ((FMT) == RS_FP8_BLOCK ? 1 : 4)
+#define FR_MULT_BLOCKS(FMT) (FR_FP8B(FMT) ? 1 : 4)
 /* Words of a raw stage's weight record (rs_mults.cuh; FP8-BLOCK none: 4 to keep the array) and bytes between
  * the raw stages' records (MX: k32 blocks FR_BN * FR_WREC_MULT apart, 2^ref_w 4 blocks on; NVFP4: k16 blocks FR_BN * 2 apart). */
 #define FR_WREC_WORDS(FMT) (FR_MX(FMT) || FR_NV(FMT) ? FR_REC_WORDS(FR_NV(FMT), FR_E2M1(FMT)) : 4)
@@ -171,7 +176,8 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 template <int FMT, int BMA>
 struct fr_smem {
     static constexpr int RAW = FR_RAW_OF(FMT, BMA), CVT = FR_CVT_OF(FMT, BMA);
-    __half a[CVT][2][BMA * 64];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
+    static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
+    __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
@@ -179,7 +185,7 @@ struct fr_smem {
     uint32_t wrec[RAW][MREC];      /* MX, NVFP4: the weights' record of the stage (rs_mults.cuh; MX: the
                                       k32 multipliers [4][FR_BN] (MXFP8 f16, W4A8 f16x2), 2^ref_w [FR_BN]; NVFP4:
                                       uint16_t [8][FR_BN], the scales per k16 block), by bulk copy */
-    static constexpr int RINGS = CVT * BMA * 256 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + MREC * 4);
+    static constexpr int RINGS = CVT * A_HALVES * 4 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
@@ -252,6 +258,51 @@ __device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t d
     else wgmma_m64n16k16_f16_rs(d, a, db, scale_d);
 }
 
+
+/* d[32] (+)= A (64 x 32 e4m3, descriptor da) . B^T (64 x 32 e4m3, descriptor db), fp32
+ * accumulation at the QGMMA's precision; scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* d[16] (+)= A (64 x 32 e4m3, descriptor da) . B^T (32 x 32 e4m3, descriptor db), fp32
+ * accumulation at the QGMMA's precision; scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* d[8] (+)= A (64 x 32 e4m3, descriptor da) . B^T (16 x 32 e4m3, descriptor db), fp32
+ * accumulation at the QGMMA's precision; scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* The QG tile's wgmma (RS_FP8_QG): N = BMA activation rows, both operands
+ * E4M3 in shared memory. */
+template <int BMA>
+__device__ __forceinline__ void fr_qgmma(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    if constexpr (BMA == 128) wgmma_m64n128k32_e4m3(d, da, db, scale_d);
+    else if constexpr (BMA == 64) wgmma_m64n64k32_e4m3(d, da, db, scale_d);
+    else if constexpr (BMA == 32) wgmma_m64n32k32_e4m3(d, da, db, scale_d);
+    else wgmma_m64n16k32_e4m3(d, da, db, scale_d);
+}
 
 /* Shared-memory loads at 32-bit addresses (the K loop runs at the register limit). */
 __device__ __forceinline__ uint32_t fr_ld_u32(uint32_t p)
@@ -503,7 +554,7 @@ __device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA> &s, const gemm_
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier<NT>(); /* the widening reads other rows' scales */
     FR_TRACE(14);
 #ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
-    fr_widen_rows<FMT, BMA, NT>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
+    if constexpr (!FR_QG(FMT)) fr_widen_rows<FMT, BMA, NT>(s.ra[rs], s.a[cs], t, smem_u32(&s.am[cs][0][0]), rows_valid);
 #endif
     FR_TRACE(15);
     fence_proxy_async_shared(); /* generic writes -> wgmma reads */
@@ -573,6 +624,8 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
     fr_addr a;
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
     a.act = smem_u32(s.a[0][0]);
+    if constexpr (FR_QG(FMT)) /* the warpgroup's 128 weight rows and the raw activations, stage 0 */
+        a.frag = smem_u32(s.rb[0]) + 128 * h * FR_WROW(FMT), a.act = smem_u32(s.ra[0]);
     a.sxw = smem_u32(&s.sxw[0][FR_MX(FMT) ? 0 : h][2 * q]);
     a.wm = smem_u32(&s.wrec[0][0]) + (128 * h + g) * FR_WREC_MULT(FMT);
     a.sw = smem_u32(&s.wrec[0][0]) + 4 * FR_BN * FR_WREC_MULT(FMT) + (128 * h + g) * 4;
@@ -672,6 +725,16 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 template <int FMT, int BMA, int B>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
+    if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nBMAk32 QGMMA */
+        const uint32_t w = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT), x = ad.act + rs * BMA * FR_AROW(FMT);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) /* +32 bytes (2 x 16 B) per k32 step, in both 128-byte swizzled operands */
+            fr_qgmma<BMA>(part, smem_desc_u32(w) + 2 * kk, smem_desc_u32(x) + 2 * kk, kk > 0 ? 1 : 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        return;
+    }
     constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
@@ -808,7 +871,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     typedef fr_smem<FMT, BMA> smem_t;
     static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
-    smem_t &s = *(smem_t *)fr_align_1024<FMT == RS_FP8_BLOCK && !EPILOGUE>(smem_raw);
+    smem_t &s = *(smem_t *)fr_align_1024<FR_FP8B(FMT) && !EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
@@ -891,7 +954,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
 template <int FMT, int BMA>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
-    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_align_1024<FMT == RS_FP8_BLOCK>(smem_raw);
+    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_align_1024<FR_FP8B(FMT)>(smem_raw);
     epilogue<BMA, FR_BN, true, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
 }
 
@@ -900,7 +963,7 @@ __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem
 template <int FMT, int BMA>
 __device__ __forceinline__ int fr_claimed(uint8_t *smem_raw)
 {
-    return ((fr_smem<FMT, BMA> *)fr_align_1024<FMT == RS_FP8_BLOCK>(smem_raw))->claimed;
+    return ((fr_smem<FMT, BMA> *)fr_align_1024<FR_FP8B(FMT)>(smem_raw))->claimed;
 }
 
 /* The tile's format for a GEMM's operand formats (-1: none). */

@@ -67,16 +67,12 @@ template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {
     int64_t rows = (int64_t)d.R * d.T_max * d.K;
-    bool qgmma = moe_ep_qgmma_on(d.path, d.H, d.I, d.fp8_fast_accum);
-    if (qgmma && d.tile_rows != QG_BM)
-        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: FP8-BLOCK with %d-row tiles (the QGMMA tile has %d)", name,
-                           d.tile_rows, QG_BM);
-    if (qgmma) return moe_ep_launch_gemm_wgmma(g, TILE_QGMMA, 0, rows, d.num_sms, s, name);
-    if (moe_ep_rs_tile_fits(d.path, d.H, d.I)) {
+    if (moe_ep_rs_tile_fits(d.path, d.H, d.I)) { /* FP8-BLOCK with fp8_fast_accum too: its QGMMA instances */
         if (!moe_ep_single_tile_allows(d.path, d.H, d.I, d.fp8_fast_accum, d.tile_rows))
             return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: %d-row tiles (the register tile has 128, 64, 32 or 16)",
                                name, d.tile_rows);
-        return moe_ep_launch_gemm_wgmma(g, TILE_RS, d.tile_rows, rows, d.num_sms, s, name);
+        const bool qgmma = moe_ep_qgmma_on(d.path, d.H, d.I, d.fp8_fast_accum);
+        return moe_ep_launch_gemm_wgmma(g, qgmma ? TILE_QGMMA : TILE_RS, d.tile_rows, rows, d.num_sms, s, name);
     }
     if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, 0, rows, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);

@@ -155,7 +155,7 @@ moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int rs_ro
                                          int num_sms, cudaStream_t s, const char *name)
 {
     if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
-    if (kind == TILE_QGMMA) return launch<TILE_QGMMA>(g, rows_capacity, num_sms, s, name);
+    if (kind == TILE_QGMMA) return launch_rs<RS_FP8_QG>(g, rs_rows, rows_capacity, num_sms, s, name);
     switch (fr_format(g.a_fmt, g.b_fmt)) {
     case RS_FP8_BLOCK: return launch_rs<RS_FP8_BLOCK>(g, rs_rows, rows_capacity, num_sms, s, name);
     case RS_MXFP8: return launch_rs<RS_MXFP8>(g, rs_rows, rows_capacity, num_sms, s, name);
