@@ -200,8 +200,8 @@ typedef struct moe_ep_knobs {
     int gemm_tile_rows;   /* rows per grouped-GEMM tile: 16, 64, or 128 (the TMA + wgmma tile:
                              bf16 with hidden % 256 == 0 and intermediate % 128 == 0 only;
                              the quantized paths with those shapes: 128, 64, 32 or 16
-                             only, the register tile; fp8_block with fp8_fast_accum: 64
-                             only); mega: 64 means its large tile, 32 rows for bf16
+                             only, the register tile, fp8_block with fp8_fast_accum
+                             too); mega: 64 means its large tile, 32 rows for bf16
                              (docs/knobs.md) */
     int gemm_ctas_per_sm; /* resident GEMM CTAs per SM (mega: blocks per SM): 1..4,
                              capped by occupancy */
@@ -242,8 +242,8 @@ typedef struct moe_ep_layer_config {
                                 work overlapping the layer. More than the GPU has: all */
     int fp8_fast_accum;      /* fp8_block path, GPU backends: 1 = sum FP8 products in the
                                 FP8 tensor cores (QGMMA, promoted to fp32 every 128 of K,
-                                as DeepSeek's FP8 GEMMs): 1.5-3x faster, about 5e-3 from
-                                the fp32 sums (docs/formats.md); 0 = exact products, fp32
+                                as DeepSeek's FP8 GEMMs): up to 1.5x faster at large
+                                batches, about 5e-3 from the fp32 sums (docs/formats.md); 0 = exact products, fp32
                                 sums. Other paths: no effect */
 } moe_ep_layer_config_t;
 

@@ -71,7 +71,7 @@ static void usage_bench(void)
            "    scripts/nccl_launch.sh W build/tools/moe_ep bench --nccl [options]\n"
            "  (env MOE_EP_RANK, MOE_EP_WORLD_SIZE, MOE_EP_NCCL_ID_FILE; rank r on GPU r). Times the\n"
            "  whole forward (p50) and its NVLink bytes per rank; rank 0 writes the table.\n"
-           "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the QGMMA tile).\n"
+           "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the register tile's QGMMA instances).\n"
            "  --tile-rows R (16, 32, 64, 128): every layer's explicit knobs.gemm_tile_rows instead of the\n"
            "  heuristic's (to sweep its bounds); a path that does not run R fails its cells.\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
@@ -584,7 +584,7 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
     fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
     fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): %.0f TFLOP/s%s%s\n",
             c->fp8_flops / 1e12, c->fp8_estimated ? " -- " : "", c->fp8_estimated ? c->fp8_note : "");
-    if (o->fp8_fast_accum) fprintf(f, "- fp8_fast_accum: on (fp8_block GEMMs on the QGMMA tile)\n");
+    if (o->fp8_fast_accum) fprintf(f, "- fp8_fast_accum: on (fp8_block GEMMs on the register tile's QGMMA instances)\n");
     if (o->tile_rows) fprintf(f, "- knobs: gemm_tile_rows %d on every layer (--tile-rows; not the heuristic's)\n", o->tile_rows);
     if (o->ranks == 1)
         fprintf(f, "- EP8 slice on one GPU: E/8 experts, top-K, world size 1, T tokens (T*K rows), uniform routing;");

@@ -18,9 +18,9 @@ static const int tune_tiles[] = {16, 64}, tune_ctas[] = {1, 2};
 static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 
 /* The tile rows a layer of this config can run: FP8-BLOCK, MXFP8, W4A8 and NVFP4 with the
- * wgmma tiles' shapes only one tile kind (FP8-BLOCK's QGMMA tile with
- * fp8_fast_accum, 64, else the fp16 HGMMA register tile, 128, 64, 32 or 16,
- * at every T: moe_ep_single_tile); bf16 with the HGMMA tile's
+ * wgmma tiles' shapes only one tile kind (the register tile, 128, 64, 32 or
+ * 16: its fp16 HGMMA instances, FP8-BLOCK with fp8_fast_accum its QGMMA
+ * ones, at every T: moe_ep_single_tile); bf16 with the HGMMA tile's
  * shapes 16, 64 or 128; else 16, 64. */
 static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
@@ -47,8 +47,7 @@ moe_ep_status_t moe_ep_knobs_check_config(const moe_ep_layer_config_t *c)
                    sizeof(moe_ep_knobs_t));
     MOE_EP_REQUIRE(k->gemm_tile_rows == 0 || tile_allowed(c, k->gemm_tile_rows),
                    "knobs.gemm_tile_rows %d: 0 (not set), 16 or 64; 128 (the HGMMA tile) only for bf16; "
-                   "quantized paths only 128, 64, 32 or 16 (their register tile; fp8_block with "
-                   "fp8_fast_accum 64), when hidden %% 256 == 0 "
+                   "quantized paths only 128, 64, 32 or 16 (their register tile), when hidden %% 256 == 0 "
                    "and intermediate %% 128 == 0 (path %s, hidden %d, intermediate %d)",
                    k->gemm_tile_rows, moe_ep_path_name(c->path), c->hidden, c->intermediate);
     MOE_EP_REQUIRE(k->gemm_ctas_per_sm == 0 || ctas_ok(k->gemm_ctas_per_sm),
@@ -66,8 +65,8 @@ void moe_ep_knobs_init(moe_ep_layer_t l)
 }
 
 /* GEMM tile rows for this forward. Layers whose shapes allow a TMA + wgmma
- * tile run it at every T: FP8-BLOCK the 64-row QGMMA tile with
- * fp8_fast_accum, else the exact fp16 HGMMA register tile, as MXFP8 and W4A8 (the
+ * tile run it at every T: the register tile (FP8-BLOCK with fp8_fast_accum
+ * its QGMMA instances, else its exact fp16 HGMMA ones), as MXFP8 and W4A8 (the
  * only tile kind either may run: moe_ep_single_tile), 16 to 128 rows
  * (moe_ep_single_tile_rows); bf16
  * the 128-row HGMMA tile (measured on the EP8 slices, T = 8 .. 512: 1.25-3.4x
@@ -257,8 +256,8 @@ moe_ep_status_t moe_ep_knobs_force(moe_ep_layer_t l, const moe_ep_knobs_t *knobs
     MOE_EP_REQUIRE(moe_ep_knobs_tile_allowed(l, tile) &&
                        (knobs->gemm_ctas_per_sm == 0 || ctas_ok(knobs->gemm_ctas_per_sm)),
                    "forced knobs (%d, %d): tile rows the layer can run (16, 64; 128 bf16 HGMMA; quantized "
-                   "paths with hidden %% 256 == 0 and intermediate %% 128 == 0 128, 64, 32 or 16, "
-                   "fp8_block with fp8_fast_accum 64), CTAs per SM 0..4",
+                   "paths with hidden %% 256 == 0 and intermediate %% 128 == 0 128, 64, 32 or 16), "
+                   "CTAs per SM 0..4",
                    knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     l->knobs_forced = make_knobs(knobs->gemm_tile_rows, knobs->gemm_ctas_per_sm);
     return MOE_EP_SUCCESS;

@@ -26,17 +26,16 @@
 
 #define MEGA_BN 256 /* tile columns of both GEMMs */
 /* The TMA + wgmma tiles instead of gemm_tile's mma.sync (384 threads): bf16
- * HGMMA (wgmma_tile.cuh, 128 rows), FP8-BLOCK QGMMA (qgmma_tile.cuh, 64 rows),
- * the FP8 register tile (fp8_rs_tile.cuh, 128, 64, 32 or 16 rows). */
+ * HGMMA (wgmma_tile.cuh, 128 rows), the FP8 register tile (fp8_rs_tile.cuh,
+ * 128, 64, 32 or 16 rows; FP8-BLOCK with fp8_fast_accum its QGMMA instances). */
 #define MODE_WGMMA 3
-#define MODE_QGMMA 4
 #define MODE_FP8_RS 5 /* the register tile (fp8_rs_tile.cuh): FP8-BLOCK */
 #define MODE_MX_RS 6  /* MXFP8 */
 #define MODE_W4_RS 7  /* W4A8 */
 #define MODE_NV_RS 8  /* NVFP4 */
 #define MODE_QG_RS 9  /* FP8-BLOCK with fp8_fast_accum: the tile's QGMMA instances (RS_FP8_QG) */
 #define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS || (m) == MODE_QG_RS)
-#define MODE_TMA(m) ((m) == MODE_WGMMA || (m) == MODE_QGMMA || MODE_RS(m))
+#define MODE_TMA(m) ((m) == MODE_WGMMA || MODE_RS(m))
 #define RS_FMT_OF(m) \
     ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
 
@@ -53,7 +52,7 @@ __host__ __device__ constexpr int mega_act_format()
 {
     return MODE == MODE_WGMMA || MODE == MODE_BF16                                          ? MOE_EP_FORMAT_BF16
            : MODE == MODE_NV_RS || MODE == MODE_CVT                                         ? MOE_EP_FORMAT_NVFP4
-           : MODE == MODE_QGMMA || MODE == MODE_FP8_RS || MODE == MODE_QG_RS || (MODE == MODE_FP8 && SB == 128) ? MOE_EP_FORMAT_FP8_BLOCK
+           : MODE == MODE_FP8_RS || MODE == MODE_QG_RS || (MODE == MODE_FP8 && SB == 128) ? MOE_EP_FORMAT_FP8_BLOCK
                                                                                             : MOE_EP_FORMAT_MXFP8;
 }
 
@@ -510,8 +509,6 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     }
     if constexpr (MODE == MODE_WGMMA)
         wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
-    else if constexpr (MODE == MODE_QGMMA)
-        qgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     else if constexpr (MODE_RS(MODE)) {
         /* 128 rows: the chunk epilogue inlined spills in this kernel, so it
          * runs after the tile as a call (fr_epilogue_after) */
@@ -1111,7 +1108,6 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
 {
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
-    else if constexpr (MODE == MODE_QGMMA) return (QG_SMEM_BYTES + 15) / 16 * 16;
     else if constexpr (MODE_RS(MODE)) return (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16;
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
@@ -1254,7 +1250,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     const char *name = "mega_forward";
     size_t smem = mega_smem_bytes<BM, MODE>(a->d);
     int threads = mega_threads<BM, MODE>();
-    if (MODE_RS(MODE) || MODE == MODE_QGMMA) MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
+    if (MODE_RS(MODE)) MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
     cudaError_t e = cudaFuncSetAttribute(mega_forward<BM, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)
@@ -1279,9 +1275,6 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     if (MODE == MODE_WGMMA) {
         MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
-    } else if (MODE == MODE_QGMMA) {
-        MOE_EP_CHECK(qg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
-        MOE_EP_CHECK(qg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
     } else if (MODE_RS(MODE)) {
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));
@@ -1308,10 +1301,10 @@ static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
  * (256 threads) for bf16, FP8-BLOCK, MXFP8 and W4A8, whose 64-row instances
  * spill here (see the tile rows note above; MXFP8 / W4A8 since the staged
  * dispatch); tile_rows 128 with bf16: the TMA
- * + HGMMA tile (384 threads); FP8-BLOCK layers with fp8_fast_accum: the QGMMA
- * tile (64 rows, 384 threads; tile_rows is then always 64); FP8-BLOCK, MXFP8,
+ * + HGMMA tile (384 threads); FP8-BLOCK, MXFP8,
  * W4A8 and NVFP4 where their shapes allow: the exact fp16 HGMMA register tile
- * (128, 64, 32 or 16 rows, 384 threads; tile_rows is then one of those). */
+ * (128, 64, 32 or 16 rows, 384 threads; tile_rows is then one of those);
+ * FP8-BLOCK layers with fp8_fast_accum its QGMMA instances (RS_FP8_QG). */
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
 #ifdef MOE_EP_MEGA_ONE_INSTANCE /* scripts/ptxas_mega.sh: ptxas's report of one instance in seconds, not all in minutes */

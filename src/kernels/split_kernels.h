@@ -44,7 +44,7 @@ extern "C" {
 /* The TMA + wgmma tiles a layer can run (both GEMMs: N % 256, K % 64 or 128):
  * bf16 the 128-row HGMMA tile (a knob choice: its bits equal mma.sync's);
  * FP8-BLOCK, MXFP8 and W4A8 the fp16 HGMMA register tile, FP8-BLOCK with
- * config.fp8_fast_accum the 64-row QGMMA tile, both at every T and on both
+ * config.fp8_fast_accum its QGMMA instances (RS_FP8_QG), at every T and on both
  * GPU backends (moe_ep_single_tile, moe_ep_single_tile_rows). */
 static inline int moe_ep_hgmma_fits(moe_ep_path_t path, int H, int I)
 {
@@ -65,8 +65,9 @@ static inline int moe_ep_rs_tile_fits(moe_ep_path_t path, int H, int I)
     return path != MOE_EP_PATH_BF16 && H % 256 == 0 && I % 128 == 0;
 }
 
-/* The layers that run the register tile (and store their weights in its
- * layout, weights.cu: prep_permute_fragments). */
+/* The layers that run the register tile's fp16 instances (and store their
+ * weights in its layout, weights.cu: prep_permute_fragments; the QGMMA
+ * instances read the natural layout). */
 static inline int moe_ep_rs_tile_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
     return moe_ep_rs_tile_fits(path, H, I) && !moe_ep_qgmma_on(path, H, I, fp8_fast_accum);
@@ -83,7 +84,7 @@ static inline int moe_ep_weight_records_on(moe_ep_path_t path, int H, int I, int
     ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : (path) == MOE_EP_PATH_W4A8 ? 5 : 3) * 256 * 4)
 
 /* Layers whose GEMMs run one tile kind at every T, so that a row's
- * bits never depend on the batch: the QGMMA tile (its bits differ from the
+ * bits never depend on the batch: the QGMMA instances (their bits differ from the
  * FP8 mma.sync's); FP8-BLOCK's register tile, whose bits equal the FP8
  * mma.sync tiles' on almost every input but not on all (test_tiles, seed
  * 1796001347: 8 tokens alone on the 16-row mma.sync tile differed from the
@@ -94,8 +95,8 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
     return moe_ep_qgmma_on(path, H, I, fp8_fast_accum) || moe_ep_rs_tile_fits(path, H, I);
 }
 
-/* Their tile rows for a forward of `rows` rows over E local experts: 64 for
- * the QGMMA tile; the register tile (its wgmma's N is the tile's rows, so a
+/* Their tile rows for a forward of `rows` rows over E local experts (the
+ * register tile, its QGMMA instances alike) (its wgmma's N is the tile's rows, so a
  * tile's tensor work grows with its rows, valid or not): the smallest of
  * 16, 32, 64, 128 that holds most experts' rows in one tile, since an
  * expert with more rows than a tile runs two, each reading all its weights.
@@ -144,7 +145,7 @@ typedef struct moe_ep_split_dims {
     float swiglu_limit, fc1_scale, fc2_scale;
     int num_sms;
     int tile_rows;            /* GEMM tile rows (16, 64; 128: HGMMA, bf16), chosen per forward */
-    int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the QGMMA tile */
+    int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the register tile's QGMMA instances */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
                                  occupancy; 0 = as many as fit (occupancy calculator) */
     uint32_t tile_wait_ns;    /* bound of the GEMM tiles' pipeline waits (moe_ep_tile_wait_ns) */

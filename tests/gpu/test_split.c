@@ -787,9 +787,8 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
 
 /* Explicit knobs {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the HGMMA tile,
  * on bf16; the quantized paths with the wgmma shapes run only one tile kind:
- * the fp16 HGMMA register tile, 128, 64, 32 or 16 rows, or
- * FP8-BLOCK's 64-row QGMMA tile ({64, 1}, {64, 2}), and have nothing to
- * tune), then
+ * the register tile, 128, 64, 32 or 16 rows (fp16 HGMMA; FP8-BLOCK with
+ * fp8_fast_accum QGMMA), and have nothing to tune), then
  * autotuning (into a temporary knob cache), then the cache, give the same
  * bytes. */
 static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,

@@ -59,6 +59,14 @@
  * moe_ep_e2m1_word_spread), so that fr_e2m1_pairs makes these bits with a
  * shift and a mask.
  *
+ * FP8-BLOCK with config.fp8_fast_accum (RS_FP8_QG): the same tile, raw ring,
+ * scales and promotion, but each m64 block's stage is 4 x wgmma m64nNk32 e4m3
+ * with both operands in shared memory (QGMMA: FP8 sums at the tensor cores'
+ * reduced precision, opt-in): no widening, no fragment layout (the weights
+ * stay natural), 4 raw stages. At 128 rows a stage is 48 KB of operands for
+ * 1 024 tensor cycles (the 64 x 256 QGMMA tile it replaced needed 40 KB per
+ * 512: L2-bound).
+ *
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
  * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
@@ -70,7 +78,7 @@
 #define MOE_EP_FP8_RS_TILE_CUH
 
 #include "kernels/sm90/rs_mults.cuh"
-#include "kernels/sm90/qgmma_tile.cuh" /* gemm_common, hopper, tma_map, wg_consumer_barrier */
+#include "kernels/sm90/wgmma_tile.cuh" /* gemm_common, hopper, tma_map, wg_consumer_barrier */
 
 #include <cuda_fp16.h>
 
@@ -91,7 +99,7 @@
  * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. W4A8 at 128 rows 40 / 232: with
  * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
  * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
-#define FR_LAUNCH_REGS QG_LAUNCH_REGS /* 168: a block of 384 threads */
+#define FR_LAUNCH_REGS 168
 #define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 

@@ -11,7 +11,6 @@
  * 64-row tile. 128-row tiles go to the TMA +
  * wgmma kernel (bf16, wgmma_gemm.cu). */
 #include "kernels/sm90/gemm_tile.cuh"
-#include "kernels/sm90/qgmma_tile.cuh"
 
 template <int BM, int BN, int MODE, int SB>
 __global__ void __launch_bounds__(gemm_threads<BM, BN>(), 1) grouped_gemm(gemm_args g)
@@ -58,11 +57,10 @@ static moe_ep_status_t launch_for_format(const gemm_args &g, const moe_ep_split_
     }
 }
 
-/* The TMA + wgmma kernel (wgmma_gemm.cu) for tile_rows 128 (bf16), for
- * FP8-BLOCK layers with fp8_fast_accum (the QGMMA tile; tile_rows is then 64:
- * the knobs allow nothing else) and for the FP8 register tile of FP8-BLOCK
- * MXFP8, W4A8 and NVFP4 (128, 64, 32 or 16 rows: moe_ep_single_tile_allows);
- * else mma.sync, 16 or 64 rows. */
+/* The TMA + wgmma kernel (wgmma_gemm.cu) for tile_rows 128 (bf16) and for
+ * the FP8 register tile of FP8-BLOCK, MXFP8, W4A8 and NVFP4 (128, 64, 32 or
+ * 16 rows: moe_ep_single_tile_allows; FP8-BLOCK with fp8_fast_accum its QGMMA
+ * instances); else mma.sync, 16 or 64 rows. */
 template <int BN>
 static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_t &d, cudaStream_t s, const char *name)
 {

@@ -1,12 +1,12 @@
 /* Grouped GEMM on the Hopper TMA + wgmma tiles: a persistent grid walks the
  * output tiles (tile -> expert and row block through the plan's tile prefix),
- * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh), the
- * FP8-BLOCK fast-accumulation tile (QGMMA, 64 x 256, qgmma_tile.cuh), or the
- * exact register tile of FP8-BLOCK, MXFP8, W4A8 and NVFP4 (fp16 HGMMA
- * with the weights in registers, 128, 64, 32 or 16 x 256, fp8_rs_tile.cuh). */
+ * each computed by the bf16 tile (HGMMA, 128 x 256, wgmma_tile.cuh) or the
+ * register tile (fp8_rs_tile.cuh, 128, 64, 32 or 16 x 256): exact fp16 HGMMA
+ * with the weights in registers for FP8-BLOCK, MXFP8, W4A8 and NVFP4, QGMMA
+ * from shared memory for FP8-BLOCK with fp8_fast_accum (RS_FP8_QG). */
 #include "kernels/sm90/fp8_rs_tile.cuh"
 
-/* Instances: TILE_BF16, TILE_QGMMA, or KIND_RS + 4 x the register tile's
+/* Instances: TILE_BF16, or KIND_RS + 4 x the register tile's
  * format + its size (0: 128 activation rows, 1: 64, 2: 32, 3: 16). */
 #define KIND_RS 8
 #define RS_KIND(FMT, SIZE) (KIND_RS + 4 * (FMT) + (SIZE))
@@ -15,10 +15,8 @@ template <int KIND>
 struct tile_shape {
     static constexpr bool RS = KIND >= KIND_RS;
     static constexpr int RS_FMT = RS ? (KIND - KIND_RS) / 4 : 0;
-    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : RS ? FR_BM >> ((KIND - KIND_RS) % 4) : 64, BN = 256;
-    static constexpr size_t SMEM = KIND == TILE_BF16    ? WG_SMEM_BYTES
-                                   : KIND == TILE_QGMMA ? QG_SMEM_BYTES
-                                                        : FR_SMEM_BYTES(RS_FMT, BM);
+    static constexpr int BM = KIND == TILE_BF16 ? WG_BM : FR_BM >> ((KIND - KIND_RS) % 4), BN = 256;
+    static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : FR_SMEM_BYTES(RS_FMT, BM);
 };
 
 /* Tile -> (m tile mt, first column n0) within expert e. TILE_ORDER_N_MAJOR:
@@ -109,8 +107,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
     for (int tile = blockIdx.x; tile < g.tile_offset[g.E] * n_tiles;) { /* persistent: one CTA per SM */
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
         const tile_pos p = tile_pos_of<KIND>(g, tile, n_tiles);
-        if constexpr (KIND == TILE_QGMMA) qgmma_tile(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
-        else if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
+        if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
         tile = next_tile;
         __syncthreads(); /* read by every thread before thread 0 writes the next */
@@ -124,10 +121,9 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
 {
     typedef tile_shape<KIND> S;
     CUtensorMap ta, tb;
-    MOE_EP_CHECK(KIND == TILE_QGMMA ? qg_make_maps(g, rows_capacity, &ta, &tb)
-                 : KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
-                                     : fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb));
-    if (S::RS || KIND == TILE_QGMMA) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
+    MOE_EP_CHECK(KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
+                                   : fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb));
+    if (S::RS) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
     cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)S::SMEM);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));

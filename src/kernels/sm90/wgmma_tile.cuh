@@ -43,7 +43,7 @@ struct wg_smem {
 #define WG_SMEM_BYTES (sizeof(wg_smem) + 1024)
 
 __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
-/* Barrier 3 (register tile, QGMMA tile): the consumers arrive once their
+/* Barrier 3 (the register tile): the consumers arrive once their
  * setmaxnreg.dec gave the registers back, and the producer waits there
  * before its setmaxnreg.inc. Without it the producer's warps spun in
  * setmaxnreg.inc through the consumers' last stage and epilogue, taking
