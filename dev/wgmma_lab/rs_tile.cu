@@ -13,6 +13,7 @@
  *        rs_tile.cu -o rs_tile && ./rs_tile
  * -DLAB_RAW_SMALL=n: n raw stages for the 32- and 16-row instances; -DLAB_NO_TMA_WARP:
  * the producer without its TMA warp (all 128 threads widen).
+ * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_DECODE: the 64-, 32- and 16-row tiles of every format on
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
@@ -253,7 +254,13 @@ int main(void)
         run_case<FMT, BM>(c_, E, rows, sms, clock_khz);                          \
     } while (0)
 #define LAB(FMT, BM, name, a, w, out, K, N, glu) LAB_E(FMT, BM, name, a, w, out, K, N, glu, 4, 1536)
-#ifdef LAB_DECODE /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
+#ifdef LAB_QG /* FP8-BLOCK with fp8_fast_accum: the QGMMA instances (RS_FP8_QG) at flash T = 8192 / 512 and decode */
+    LAB(RS_FP8_QG, 128, "qg gemm1 (flash)", F8, F8, F8, 4096, 4096, 1);
+    LAB(RS_FP8_QG, 128, "qg gemm2-like bf16 out", F8, F8, BF, 2048, 4096, 0);
+    LAB(RS_FP8_QG, 64, "qg gemm1, 64-row tile", F8, F8, F8, 4096, 4096, 1);
+    LAB_E(RS_FP8_QG, 16, "qg decode gemm1 n16", F8, F8, F8, 4096, 4096, 1, 32, 2);
+    LAB(RS_FP8_BLOCK, 128, "fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1);
+#elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
     const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
 #define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \
