@@ -63,9 +63,9 @@
  * scales and promotion, but each m64 block's stage is 4 x wgmma m64nNk32 e4m3
  * with both operands in shared memory (QGMMA: FP8 sums at the tensor cores'
  * reduced precision, opt-in): no widening, no fragment layout (the weights
- * stay natural), 4 raw stages. At 128 rows a stage is 48 KB of operands for
- * 1 024 tensor cycles (the 64 x 256 QGMMA tile it replaced needed 40 KB per
- * 512: L2-bound).
+ * stay natural), 4 raw stages. It replaced a 64 x 256 QGMMA tile run at
+ * every T (64 activation rows: each weight stage read twice as often at large
+ * T), 12-17 % faster at T >= 2048 (docs/benchmarks.md).
  *
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
