@@ -209,10 +209,10 @@ static void check_no_async_error(moe_ep_group_t g, const char *label)
 
 static void test_world1(moe_ep_group_t g, const char *how, uint64_t *rng, cudaStream_t s)
 {
-    static const struct { moe_ep_path_t p; moe_ep_wire_t w; } combos[] = {
-        {MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16},   {MOE_EP_PATH_MXFP8, MOE_EP_WIRE_MXFP8},
-        {MOE_EP_PATH_NVFP4, MOE_EP_WIRE_FP4},   {MOE_EP_PATH_W4A8, MOE_EP_WIRE_BF16},
-        {MOE_EP_PATH_FP8_BLOCK, MOE_EP_WIRE_MXFP8}};
+    static const struct { moe_ep_path_t p; moe_ep_wire_t w; int fast; } combos[] = { /* fast: fp8_fast_accum */
+        {MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 0},   {MOE_EP_PATH_MXFP8, MOE_EP_WIRE_MXFP8, 0},
+        {MOE_EP_PATH_NVFP4, MOE_EP_WIRE_FP4, 0},   {MOE_EP_PATH_W4A8, MOE_EP_WIRE_BF16, 0},
+        {MOE_EP_PATH_FP8_BLOCK, MOE_EP_WIRE_MXFP8, 0}, {MOE_EP_PATH_FP8_BLOCK, MOE_EP_WIRE_BF16, 1}};
     const int T_max = 48;
     moe_ep_group_t eg = NULL;
     EXPECT(moe_ep_group_create_emulated(1, 0, &eg) == MOE_EP_SUCCESS, "emulated group: %s", errmsg());
@@ -222,10 +222,11 @@ static void test_world1(moe_ep_group_t g, const char *how, uint64_t *rng, cudaSt
         fixture_init(&f, 8, 3, 256, 256, T_max, i == 2 ? ROUTE_SPARSE : ROUTE_UNIFORM, rng);
         moe_ep_layer_config_t c = config_of(&f, combos[i].p, combos[i].w, T_max);
         c.backend = n % 2 ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT;
+        c.fp8_fast_accum = combos[i].fast;
         moe_ep_layer_t ref = NULL, l = NULL;
         char label[96];
-        snprintf(label, sizeof label, "world 1 (%s) %s %s/%s", how, moe_ep_backend_name(c.backend),
-                 moe_ep_path_name(combos[i].p), moe_ep_wire_name(combos[i].w));
+        snprintf(label, sizeof label, "world 1 (%s) %s %s/%s%s", how, moe_ep_backend_name(c.backend),
+                 moe_ep_path_name(combos[i].p), moe_ep_wire_name(combos[i].w), combos[i].fast ? " fast accum" : "");
         moe_ep_status_t st = make_layer(eg, &f, &c, s, &ref);
         EXPECT(st == MOE_EP_SUCCESS, "%s: emulated layer: %s", label, errmsg());
         if (!st) st = make_layer(g, &f, &c, s, &l);
@@ -543,18 +544,20 @@ static void test_heap(worker_t *w)
     moe_ep_heap_destroy(w->g, &h);
 }
 
-/* A full layer over every rank vs the emulated group of 1 on this rank's tokens. */
-static void test_layer(worker_t *w, moe_ep_backend_t backend, moe_ep_path_t p, moe_ep_wire_t wi, route_t route)
+/* A full layer over every rank vs the emulated group of 1 on this rank's
+ * tokens (fast: config.fp8_fast_accum). */
+static void test_layer(worker_t *w, moe_ep_backend_t backend, moe_ep_path_t p, moe_ep_wire_t wi, route_t route,
+                       int fast)
 {
     const int T_max = 32, E = 4 * w->world, K = 4;
     uint64_t rng = w->seed + (uint64_t)p * 131 + (uint64_t)wi * 17 + (uint64_t)route; /* same on every rank */
     fixture_t f;
     fixture_init(&f, E, K, 256, 128, T_max * w->world, route, &rng);
     moe_ep_layer_config_t c = config_of(&f, p, wi, T_max);
-    c.backend = backend;
+    c.backend = backend, c.fp8_fast_accum = fast;
     char label[96];
-    snprintf(label, sizeof label, "rank %d/%d %s %s/%s route %d", w->rank, w->world, moe_ep_backend_name(backend),
-             moe_ep_path_name(p), moe_ep_wire_name(wi), (int)route);
+    snprintf(label, sizeof label, "rank %d/%d %s %s/%s route %d%s", w->rank, w->world, moe_ep_backend_name(backend),
+             moe_ep_path_name(p), moe_ep_wire_name(wi), (int)route, fast ? " fast accum" : "");
     moe_ep_group_t eg = NULL;
     moe_ep_layer_t ref = NULL, l = NULL;
     moe_ep_status_t st = moe_ep_group_create_emulated(1, w->rank, &eg);
@@ -695,7 +698,11 @@ static int run_worker(void)
         for (int p = 0; p < MOE_EP_PATH_COUNT_; p++)
             for (int wi = 0; wi < MOE_EP_WIRE_COUNT_; wi++, n++)
                 test_layer(&w, b ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT, (moe_ep_path_t)p, (moe_ep_wire_t)wi,
-                           routes[n % 4]);
+                           routes[n % 4], 0);
+    for (int b = 0; b < 2; b++) /* FP8-BLOCK with fp8_fast_accum (the QGMMA instances), skewed and uniform */
+        for (int r = 0; r < 2; r++)
+            test_layer(&w, b ? MOE_EP_BACKEND_MEGA : MOE_EP_BACKEND_SPLIT, MOE_EP_PATH_FP8_BLOCK,
+                       r ? MOE_EP_WIRE_FP4 : MOE_EP_WIRE_MXFP8, r ? ROUTE_ONE_EXPERT : ROUTE_UNIFORM, 1);
     if (w.world > 1) test_timeout(&w, MOE_EP_BACKEND_MEGA); /* in-kernel waits: the group stays usable */
     /* Split over NCCL: the watchdog's ncclCommAbort does not return while the
      * absent rank keeps its communicator (NCCL 2.28, H200 x2, 2026-11-29), so
