@@ -104,7 +104,7 @@
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 
 /* RS_FP8_QG: FP8-BLOCK with config.fp8_fast_accum, the same tile with both
- * operands E4M3 in shared memory (SS QGMMA, no widening; see fr_block_qg). */
+ * operands E4M3 in shared memory (SS QGMMA, no widening; see fr_block). */
 enum { RS_FP8_BLOCK = 0, RS_MXFP8 = 1, RS_W4A8 = 2, RS_NVFP4 = 3, RS_FP8_QG = 4 };
 
 /* MX scales (MXFP8, W4A8: UE8M0 per 32, folded per 128-wide K block); E2M1
@@ -142,7 +142,8 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * stage is held from its TMA until the consumers have read its weights, so
  * its load latency must hide behind the other stages' compute. At 128 rows
  * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 2
- * (3 spills its mega kernel). 64 rows or fewer: E4M3 3, E2M1 4. */
+ * (3 spills its mega kernel). 64 rows or fewer: E4M3 3, E2M1 4. The QGMMA
+ * instances (no fp16 stages) 4 at every size (5 or 6 were 3-5 % slower). */
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
 #define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : 2)
 #endif
@@ -160,7 +161,8 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 /* fp16 activation stages (BMA x 128 fp16: 32 KB at 128 rows): 3, so that the
  * producer can widen a stage ahead of a slow one (2 made producer and
  * consumers wait on each other, Nsight Compute at 4721f3b); 2 for MXFP8 and
- * W4A8 at 128 rows, whose mega kernels spill with 3. */
+ * W4A8 at 128 rows, whose mega kernels spill with 3; the QGMMA instances
+ * stage only scales there, 4 (one per raw stage). */
 #ifndef FR_CVT_OF
 #define FR_CVT_OF(FMT, BMA) (FR_QG(FMT) ? 4 : FR_MX(FMT) && (BMA) == 128 ? 2 : 3)
 #endif
@@ -725,7 +727,8 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 }
 
 /* m64 block B of the consumer on stage (rs, cs): part = the block's 128-K
- * sum, 8 k16 steps of wgmma m64nBMAk16 (one commit group each). Each step
+ * sum (RS_FP8_QG: 4 x QGMMA m64nBMAk32 from the raw stage, one commit group),
+ * 8 k16 steps of wgmma m64nBMAk16 (one commit group each). Each step
  * widens its bytes into a[kk % FR_RING] once step kk - FR_RING (the same
  * registers) is done and issues its wgmma; its words (fr_load_word) are
  * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
