@@ -25,7 +25,7 @@ static int ctas_ok(int v) { return v >= 1 && v <= 4; }
 static int tile_allowed(const moe_ep_layer_config_t *c, int v)
 {
     if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum))
-        return moe_ep_single_tile_allows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum, v);
+        return moe_ep_single_tile_allows(v);
     if (v == 128) return moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate);
     return v == 16 || v == 64;
 }
@@ -82,8 +82,7 @@ static moe_ep_knobs_t heuristic(moe_ep_layer_t l, int64_t rows)
 {
     const moe_ep_layer_config_t *c = &l->cfg;
     if (moe_ep_single_tile(c->path, c->hidden, c->intermediate, c->fp8_fast_accum))
-        return make_knobs(moe_ep_single_tile_rows(c->path, c->hidden, c->intermediate, c->fp8_fast_accum, rows,
-                                                  l->num_local_experts), 0);
+        return make_knobs(moe_ep_single_tile_rows(rows, l->num_local_experts), 0);
     if (moe_ep_hgmma_fits(c->path, c->hidden, c->intermediate)) return make_knobs(128, 0);
     if (rows <= 24 * (int64_t)l->num_local_experts) return make_knobs(16, 0);
     return make_knobs(64, 0);

@@ -96,8 +96,8 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
 }
 
 /* Their tile rows for a forward of `rows` rows over E local experts (the
- * register tile, its QGMMA instances alike) (its wgmma's N is the tile's rows, so a
- * tile's tensor work grows with its rows, valid or not): the smallest of
+ * register tile, fp16 or QGMMA instances alike: its wgmma's N is the tile's
+ * rows, so a tile's tensor work grows with its rows, valid or not): the smallest of
  * 16, 32, 64, 128 that holds most experts' rows in one tile, since an
  * expert with more rows than a tile runs two, each reading all its weights.
  * Bounds on the average rows per expert, from `dev/tile_rows_sweep.sh`
@@ -106,7 +106,7 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
  * to 28 (32 by 4-14 % at 20-24, -4..+10 % at 26-28; 64 by 4-17 % at 30);
  * 64 up to 64 (64 by 9-34 % at 36-60, up to 10 % at 64, where split's 4-bit
  * flash layers lost 4-7 %; 128 by 10-22 % at 72). */
-static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, long long rows, int E)
+static inline int moe_ep_single_tile_rows(long long rows, int E)
 {
     if (rows <= 8LL * E) return 16;
     if (rows <= 28LL * E) return 32;
@@ -116,7 +116,7 @@ static inline int moe_ep_single_tile_rows(moe_ep_path_t path, int H, int I, int 
 /* Tile rows a single-tile layer accepts as knobs (the register tile's
  * instances all give the same bits: each output element is one chain of
  * wgmma m64nNk16 whatever N). */
-static inline int moe_ep_single_tile_allows(moe_ep_path_t path, int H, int I, int fp8_fast_accum, int v)
+static inline int moe_ep_single_tile_allows(int v)
 {
     return v == 16 || v == 32 || v == 64 || v == MOE_EP_RS_TILE_ROWS;
 }

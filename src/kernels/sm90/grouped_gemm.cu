@@ -66,7 +66,7 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
 {
     int64_t rows = (int64_t)d.R * d.T_max * d.K;
     if (moe_ep_rs_tile_fits(d.path, d.H, d.I)) { /* FP8-BLOCK with fp8_fast_accum too: its QGMMA instances */
-        if (!moe_ep_single_tile_allows(d.path, d.H, d.I, d.fp8_fast_accum, d.tile_rows))
+        if (!moe_ep_single_tile_allows(d.tile_rows))
             return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: %d-row tiles (the register tile has 128, 64, 32 or 16)",
                                name, d.tile_rows);
         const bool qgmma = moe_ep_qgmma_on(d.path, d.H, d.I, d.fp8_fast_accum);
