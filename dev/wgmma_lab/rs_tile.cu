@@ -19,7 +19,8 @@
  * 128-row MXFP8 / W4A8 GEMM1;
  * LAB_WEIGHT_EXPERTS=n (environment): the tiles read only n experts'
  * weights (n = 2 fits L2). Timing-only switches of fp8_rs_tile.cuh:
- * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_CMULT (FR_LAB_SKIP_WSCALES is gone: the
+ * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_CMULT, -DFR_LAB_SKIP_LOADS=1|2|3 (stages past a tile's first
+ * ring land without their activations / weights / both: the K loop without its L2 traffic; FR_LAB_SKIP_WSCALES is gone: the
  * weights' multipliers are made at load since, as records, rs_mults.cuh).
  * Inputs are random (E4M3 / E2M1 bytes, scales as scale_word); outputs are not checked. */
 #include <stdint.h>

@@ -11,7 +11,9 @@
  *   flat:   one 1-D bulk copy of the stage's bytes, stored contiguously
  *           (weights pre-tiled at load: [item][stage][256 rows x piece])
  * Each for several ring depths; prints GB/s (bytes read / kernel time, best
- * of 5) and the bytes in flight per SM.
+ * of 5) and the bytes in flight per SM. STREAM_L2_MB=n (environment): the
+ * items re-read n MB (K = 4096 only), so the ring streams from L2: what a
+ * tile's loads can get at most when its operands are L2 hits.
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        stream_lab.cu -o stream_lab && ./stream_lab */
 #include "kernels/sm90/hopper.cuh"
@@ -24,6 +26,7 @@ struct stream_args {
     const uint8_t *w; /* [rows][k_bytes], or pre-tiled for FLAT */
     int items, n_blocks, k_bytes, piece, stages; /* n_blocks: 256-row column blocks per expert x experts */
     unsigned long long *sink;
+    int wrap; /* items of distinct rows: item i reads item i % wrap's (STREAM_L2_MB: a region L2 holds) */
 };
 
 __global__ void __launch_bounds__(64, 1) stream_kernel(const stream_args a, const __grid_constant__ CUtensorMap map,
@@ -46,9 +49,9 @@ __global__ void __launch_bounds__(64, 1) stream_kernel(const stream_args a, cons
                 mbar_expect_tx(&full[st], stage_bytes);
                 uint8_t *dst = ring + (size_t)st * stage_bytes;
                 if (layout == FLAT)
-                    bulk_load(dst, a.w + ((size_t)item * n_k + kt) * stage_bytes, stage_bytes, &full[st]);
+                    bulk_load(dst, a.w + ((size_t)(item % a.wrap) * n_k + kt) * stage_bytes, stage_bytes, &full[st]);
                 else
-                    tma_load_2d(dst, &map, &full[st], kt * a.piece, item * 256);
+                    tma_load_2d(dst, &map, &full[st], kt * a.piece, (item % a.wrap) * 256);
             }
     } else if (threadIdx.x == 32) {
         unsigned long long sum = 0;
@@ -96,8 +99,11 @@ int main(void)
     /* k_bytes: FP8 flash GEMM1 rows are 4096 B (K = 4096), pro 7168; E2M1 half that. */
     const int ks[] = {4096, 2048, 7168, 8192};
     const char *names[] = {"box128", "box64", "flat"};
+    const char *l2 = getenv("STREAM_L2_MB");
+    const long l2_bytes = l2 ? atol(l2) << 20 : 0;
+    if (l2) printf("from L2: every item re-reads the first %ld MB\n", l2_bytes >> 20);
     printf("layout piece k_bytes stages inflight_KB GB/s\n");
-    for (int ki = 0; ki < 4; ki++)
+    for (int ki = 0; ki < (l2 ? 1 : 4); ki++)
         for (int layout = 0; layout < 3; layout++)
             for (int piece = 64; piece <= 128; piece *= 2) {
                 if ((layout == BOX128 && piece != 128) || (layout == BOX64 && piece != 64)) continue;
@@ -109,7 +115,8 @@ int main(void)
                 for (int di = 0; di < 5; di++) {
                     const int stages = depths[di], stage_bytes = 256 * piece;
                     if (stages * stage_bytes + 1024 > 200 * 1024) continue;
-                    stream_args a = {w, items, 0, k_bytes, piece, stages, sink};
+                    const int wrap = l2 ? (int)(l2_bytes / ((long)256 * k_bytes)) : items;
+                    stream_args a = {w, items, 0, k_bytes, piece, stages, sink, wrap};
                     float best = 1e30f;
                     for (int rep = 0; rep < 5; rep++) {
                         CHECK(cudaEventRecord(e0));

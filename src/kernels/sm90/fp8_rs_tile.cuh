@@ -536,8 +536,15 @@ __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA> &s, const gemm_
     FR_TRACE(10);
     tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
     FR_TRACE(11);
+#ifdef FR_LAB_SKIP_LOADS /* the kernel lab: past the first ring, stages "land" without their activations (bit 1) / weights (bit 2) */
+    const bool load_a = kt < RAW || !(FR_LAB_SKIP_LOADS & 1), load_b = kt < RAW || !(FR_LAB_SKIP_LOADS & 2);
+    mbar_expect_tx(&s.raw_full[st], (load_a ? BMA * FR_AROW(FMT) : 0) + (load_b ? FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT) : 0));
+    if (load_a) tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
+    if (!load_b) return;
+#else
     mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
     tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
+#endif
     tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers of the stage (rs_mults.cuh) */
         bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT), FR_WREC_STAGE(FMT),
