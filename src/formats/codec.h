@@ -400,7 +400,11 @@ MOE_EP_HD float moe_ep_swiglu(float g, float u, float c)
         u = u < -c ? -c : (u > c ? c : u);
     }
 #ifdef __CUDA_ARCH__
-    float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+    /* ex2.approx and rcp.approx (a few ulp of fp32; g -> -inf gives -0):
+     * the output is rounded to bf16 or coarser right after. expf and an
+     * IEEE division (~35 instructions an output) made the GEMM1 epilogues
+     * instruction-bound (docs/benchmarks.md). */
+    float silu = __fdividef(g, __fadd_rn(1.0f, __expf(-g)));
 #else
     float silu = g / (1.0f + expf(-g));
 #endif

@@ -822,7 +822,11 @@ __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32
 #pragma unroll
     for (int j = 0; j < BMA / 8; j++) {
         float s0, s1;
+#ifdef FR_LAB_NO_SCALE_LOADS /* the kernel lab: the promotions without their shared loads */
+        s0 = __uint_as_float(0x3f800000u + j), s1 = __uint_as_float(0x3f800001u + j);
+#else
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
+#endif
         if constexpr (FR_MX(FMT)) {
             acc[4 * j] = fmaf(part[4 * j], s0 * wg, acc[4 * j]);
             acc[4 * j + 1] = fmaf(part[4 * j + 1], s1 * wg, acc[4 * j + 1]);

@@ -339,6 +339,11 @@ __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int
     const uint8_t *bw = g.b + b_rows * moe_ep_row_data_bytes(g.b_fmt, g.K);
     const uint8_t *bws = g.b_scales + b_rows * moe_ep_row_scale_bytes(g.b_fmt, g.K);
     const uint8_t *aw = g.a + row0 * moe_ep_row_data_bytes(g.a_fmt, g.K), *aws = g.a_scales + row0 * g.a_scale_stride;
+    /* the epilogue's place of the tile, kept in shared memory across the
+     * main loop, not in registers (the 64 x 256 FP8 kernels, 128 registers a
+     * thread, spilled otherwise) */
+    __shared__ struct { int64_t row0; int rows_valid, n0; } tile_place;
+    if (threadIdx.x == 0) tile_place.row0 = row0, tile_place.rows_valid = rows_valid, tile_place.n0 = n0;
     float acc[MI][NF][4], part[MI][NF][4];
 #pragma unroll
     for (int i = 0; i < MI; i++)
@@ -414,7 +419,7 @@ __device__ __forceinline__ void gemm_tile(const gemm_args &g, uint8_t *smem, int
                 C[m][n] = __fmul_rn(acc[i][j][q], scale);
             }
     __syncthreads();
-    epilogue<BM, BN>(g, C, row0, rows_valid, n0, threadIdx.x, blockDim.x);
+    epilogue<BM, BN>(g, C, tile_place.row0, tile_place.rows_valid, tile_place.n0, threadIdx.x, blockDim.x);
     __syncthreads(); /* C aliases the slots the next tile fills */
 }
 
