@@ -14,6 +14,7 @@
  * -DLAB_RAW_SMALL=n: n raw stages for the 32- and 16-row instances; -DLAB_NO_TMA_WARP:
  * the producer without its TMA warp (all 128 threads widen).
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
+ * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
  * -DLAB_DECODE: the 64-, 32- and 16-row tiles of every format on
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
@@ -261,6 +262,15 @@ int main(void)
     LAB(RS_FP8_QG, 64, "qg gemm1, 64-row tile", F8, F8, F8, 4096, 4096, 1);
     LAB_E(RS_FP8_QG, 16, "qg decode gemm1 n16", F8, F8, F8, 4096, 4096, 1, 32, 2);
     LAB(RS_FP8_BLOCK, 128, "fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1);
+#elif defined(LAB_MID) /* the pro EP8 slice at T = 512: 48 experts of 64 rows, the 64-row tiles */
+    const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
+#define LAB_MID1(FMT, name, a, w, out, K, N, glu) LAB_E(FMT, 64, name, a, w, out, K, N, glu, 48, 64)
+    LAB_MID1(RS_FP8_BLOCK, "mid fp8_block gemm1", F8, F8, F8, 7168, 6144, 1);
+    LAB_MID1(RS_FP8_BLOCK, "mid fp8_block gemm2", F8, F8, BF, 3072, 7168, 0);
+    LAB_MID1(RS_FP8_QG, "mid qg gemm1", F8, F8, F8, 7168, 6144, 1);
+    LAB_MID1(RS_MXFP8, "mid mxfp8 gemm1", MX, MX, MX, 7168, 6144, 1);
+    LAB_MID1(RS_W4A8, "mid w4a8 gemm1", MX, M4, MX, 7168, 6144, 1);
+    LAB_MID1(RS_NVFP4, "mid nvfp4 gemm1", NV, NV, NV, 7168, 6144, 1);
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
     const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
