@@ -158,15 +158,28 @@ __device__ __forceinline__ bool epilogue_by_chunks(moe_ep_format_t f, bool glu)
  * fwd -3-9 % at T >= 512 on MXFP8 and W4A8 (128-row tiles), -3-5 % at
  * decode (2 valid rows had kept 8 threads of 256 busy). The same bytes (a
  * block's lanes share its amax). They take the chunks wherever the caller
- * compiles them without spilling: epilogue's QGLU, and its tiles of 64 rows
- * or fewer. */
+ * compiles them without spilling: epilogue's QGLU, and
+ * epilogue_small_tile_chunks. */
 __device__ __forceinline__ bool epilogue_quant_glu(moe_ep_format_t f, bool glu)
 {
     return glu && (f == MOE_EP_FORMAT_MXFP8 || f == MOE_EP_FORMAT_NVFP4);
 }
 
-/* epilogue_chunks for the outputs epilogue_by_chunks picks, and (the tiles
- * of 64 rows or fewer, or QGLU) every GEMM1 output in MXFP8 or NVFP4. */
+/* The same in the tiles of 64 rows or fewer: MXFP8 at any valid rows (at
+ * 64 the serial path took 21 k cycles of a 64-row MXFP8 GEMM1 tile, 3x the
+ * FP8-BLOCK chunks': lab, LAB_MID); NVFP4 while the valid rows give the
+ * serial path fewer blocks than threads (with the chunks at every row count
+ * mega's 64-row NVFP4 kernel spilled 48 bytes; kept out of
+ * epilogue_by_chunks for that too). */
+__device__ __forceinline__ bool epilogue_small_tile_chunks(moe_ep_format_t f, bool glu, int rows_valid, int nthreads)
+{
+    if (f == MOE_EP_FORMAT_MXFP8) return glu;
+    return epilogue_quant_glu(f, glu) && rows_valid * (128 / moe_ep_format_block(f)) < nthreads;
+}
+
+/* epilogue_chunks for the outputs epilogue_by_chunks picks, those of
+ * epilogue_small_tile_chunks (the tiles of 64 rows or fewer) and (QGLU)
+ * every GEMM1 output in MXFP8 or NVFP4. */
 template <int BM, int BN, bool QGLU = false>
 __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                                 int nthreads)
@@ -201,19 +214,14 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
  * made ptxas spill 40-50 bytes of the consumers' K loop (2026-11-30).
  * QGLU: GEMM1's MXFP8 / NVFP4 outputs by chunks at any BM (epilogue_quant_glu);
  * a template argument because the tiles that never output them still compile
- * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them).
- * The tiles of 64 rows or fewer take them by chunks at every row count: they
- * did only below 64 valid rows (so that 256 threads had fewer serial blocks
- * than threads), and at 64 the serial epilogue took 21 k cycles of a 64-row
- * MXFP8 GEMM1 tile, 3x the FP8-BLOCK chunks' (lab, LAB_MID). Kept out of
- * epilogue_by_chunks: there mega's 64-row NVFP4 kernel spilled 56 bytes. */
+ * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them). */
 template <int BM, int BN, bool CHUNKS = false, bool QGLU = false>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
 {
     if constexpr (CHUNKS) {
         if (epilogue_by_chunks(g.out_fmt, g.N != g.N_out) ||
-            (BM <= 64 && epilogue_quant_glu(g.out_fmt, g.N != g.N_out)) ||
+            (BM <= 64 && epilogue_small_tile_chunks(g.out_fmt, g.N != g.N_out, rows_valid, nthreads)) ||
             (QGLU && epilogue_quant_glu(g.out_fmt, g.N != g.N_out))) {
             epilogue_chunks<BM, BN, QGLU>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
