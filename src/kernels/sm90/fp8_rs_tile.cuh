@@ -91,7 +91,14 @@
 #define FR_BM 128  /* activation rows (the wgmma N): 128, or 64, 32, 16 for decode-sized batches */
 #define FR_BN 256  /* weight rows (output columns) */
 #define FR_BK 128  /* K per stage: one FP8-BLOCK scale block */
-#define FR_RING 2  /* k16 steps whose A fragments are in registers at once */
+/* k16 steps whose A fragments are in registers at once (FR_RING - 1
+ * wgmmas in flight while the next fragment is widened): 4 in FP8-BLOCK's
+ * 64-row instance (lab, LAB_MID: its GEMM1 tile 2.8 % faster, GEMM2 1.4 %;
+ * MXFP8, W4A8 within 0.5 %; the 16- and 32-row instances not measured),
+ * else 2 (the 128-row instances have no registers for more). */
+#ifndef FR_RING_OF /* the kernel lab may try others */
+#define FR_RING_OF(FMT, BMA) ((FMT) == RS_FP8_BLOCK && (BMA) == 64 ? 4 : 2)
+#endif
 #define FR_NV_RING 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
@@ -751,6 +758,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
     }
     constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
+    constexpr int FR_RING = FR_RING_OF(FMT, BMA);
     uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
     fr_raw r = {};
 #pragma unroll
