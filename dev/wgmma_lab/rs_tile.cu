@@ -15,6 +15,7 @@
  * the producer without its TMA warp (all 128 threads widen).
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
+ * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_DECODE: the 64-, 32- and 16-row tiles of every format on
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
@@ -271,6 +272,14 @@ int main(void)
     LAB_MID1(RS_MXFP8, "mid mxfp8 gemm1", MX, MX, MX, 7168, 6144, 1);
     LAB_MID1(RS_W4A8, "mid w4a8 gemm1", MX, M4, MX, 7168, 6144, 1);
     LAB_MID1(RS_NVFP4, "mid nvfp4 gemm1", NV, NV, NV, 7168, 6144, 1);
+#elif defined(LAB_DECODE_FP8) /* LAB_DECODE's FP8-BLOCK lines only: 32 experts of 12 and 2 rows, 32- and 16-row tiles */
+    for (int rows = 12; rows >= 2; rows -= 10)
+        for (int glu = 1; glu >= 0; glu--) {
+            LAB_E(RS_FP8_BLOCK, 32, glu ? "decode fp8_block gemm1 n32" : "decode fp8_block gemm2 n32", F8, F8, glu ? F8 : BF,
+                  glu ? 4096 : 2048, 4096, glu, 32, rows);
+            LAB_E(RS_FP8_BLOCK, 16, glu ? "decode fp8_block gemm1 n16" : "decode fp8_block gemm2 n16", F8, F8, glu ? F8 : BF,
+                  glu ? 4096 : 2048, 4096, glu, 32, rows);
+        }
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
     const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
