@@ -885,10 +885,12 @@ __device__ __forceinline__ uint8_t *fr_align_1024(uint8_t *smem_raw)
 }
 
 /* The 128-row instances' GEMM1 outputs in MXFP8 / NVFP4 by chunks inside the
- * consumers (epilogue's QGLU): W4A8 and NVFP4 only; MXFP8's split kernel
- * spilled 12 bytes with it, FP8-BLOCK's (which never outputs them) 16. The
- * smaller instances take them by chunks anyway (epilogue). */
-#define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4))
+ * consumers (epilogue's QGLU): every format that outputs them (FP8-BLOCK's
+ * kernel, which never does, spilled 16 bytes with the code). MXFP8's split
+ * kernel spilled 12 until the shorter SwiGLU (47c6a19); by chunks its split
+ * fwd is 4-9 % faster at T >= 2048 (docs/benchmarks.md). The smaller
+ * instances take them by chunks anyway (epilogue). */
+#define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4 || (FMT) == RS_MXFP8))
 
 template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
