@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kernel lab: the register tile's rows against the heuristic's bounds
 # (moe_ep_single_tile_rows: 16 up to 8 rows per expert on average, 32 up to
-# 28, 64 up to 64, else 128, set from this script's runs of 2026-12-01), one
+# 28, 64 up to 60, else 128, set from this script's runs of 2026-12-01), one
 # call on the GPU machine. For each forced
 # --tile-rows R (and the heuristic's own choice) it benches the EP8 slice at T
 # that put 8 .. 72 rows per expert on an expert (flash: 32 experts, pro: 48;

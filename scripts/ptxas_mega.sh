@@ -7,6 +7,7 @@
 #   scripts/ptxas_mega.sh 128 W4_RS 32      scripts/ptxas_mega.sh 128 WGMMA 0
 # Extra nvcc args (-DSOME_LAB_SWITCH) pass through. Prints ptxas's lines for
 # mega_forward; the build itself still checks every instance (--warn-on-spills).
+# PTXAS_MEGA_CUBIN=FILE keeps the cubin (e.g. for dev/sass_wgmma_loops.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] || { sed -n '2,9p' "$0"; exit 2; }
@@ -16,3 +17,4 @@ nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -I
   -DMOE_EP_HAVE_CUDA=1 -DMOE_EP_MEGA_ONE_INSTANCE -DMOE_EP_MEGA_ONE_BM="$bm" -DMOE_EP_MEGA_ONE_MODE="$mode" \
   -DMOE_EP_MEGA_ONE_SB="$sb" "$@" -cubin -o "$out/mega.cubin" src/kernels/mega.cu 2>&1 |
   grep -A3 "Compiling entry function '_Z12mega_forward" | grep -E "Compiling|spill|Used"
+if [ -n "${PTXAS_MEGA_CUBIN:-}" ]; then cp "$out/mega.cubin" "$PTXAS_MEGA_CUBIN"; fi

@@ -97,20 +97,23 @@ static inline int moe_ep_single_tile(moe_ep_path_t path, int H, int I, int fp8_f
 
 /* Their tile rows for a forward of `rows` rows over E local experts (the
  * register tile, fp16 or QGMMA instances alike: its wgmma's N is the tile's
- * rows, so a tile's tensor work grows with its rows, valid or not): the smallest of
+ * rows, so a tile's tensor work grows with its rows, valid or not, except in
+ * the 128-row instance, whose N is its valid rows rounded up to 64 or 96
+ * where it can): the smallest of
  * 16, 32, 64, 128 that holds most experts' rows in one tile, since an
  * expert with more rows than a tile runs two, each reading all its weights.
  * Bounds on the average rows per expert, from `dev/tile_rows_sweep.sh`
  * (forced tile rows, EP8 slices, uniform routing, mega and split,
  * 2026-12-01, docs/benchmarks.md): 16 up to 8 (at 12: 32 by 2-3 %); 32 up
  * to 28 (32 by 4-14 % at 20-24, -4..+10 % at 26-28; 64 by 4-17 % at 30);
- * 64 up to 64 (64 by 9-34 % at 36-60, up to 10 % at 64, where split's 4-bit
- * flash layers lost 4-7 %; 128 by 10-22 % at 72). */
+ * 64 up to 60 (64 by 9-34 % at 36-48 and 2-10 % at 56; since the 128-row
+ * tile's wgmma N follows its valid rows (fr_consume), 128 by 3-15 % at 64
+ * and 10-30 % at 72-80; twenty-fifth session). */
 static inline int moe_ep_single_tile_rows(long long rows, int E)
 {
     if (rows <= 8LL * E) return 16;
     if (rows <= 28LL * E) return 32;
-    return rows <= 64LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
+    return rows <= 60LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
 }
 
 /* Tile rows a single-tile layer accepts as knobs (the register tile's

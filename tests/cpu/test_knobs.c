@@ -568,7 +568,7 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
     static const moe_ep_path_t one_tile[4] = {MOE_EP_PATH_FP8_BLOCK, MOE_EP_PATH_MXFP8, MOE_EP_PATH_W4A8,
                                               MOE_EP_PATH_NVFP4};
     for (int i = 0; i < 4; i++) { /* with H % 256, I % 128: the register tile at every T; rows per expert */
-        const char *name = moe_ep_path_name(one_tile[i]); /* on average <= 8: 16, <= 28: 32, <= 64: 64 */
+        const char *name = moe_ep_path_name(one_tile[i]); /* on average <= 8: 16, <= 28: 32, <= 60: 64 */
         l = ref_layer(g, one_tile[i], 256, NULL, 1);
         moe_ep_knobs_t x = MOE_EP_KNOBS_INIT;
         k = resolve(l, 1, 1, &src);
@@ -581,9 +581,9 @@ static void test_heuristic_and_tuning(moe_ep_group_t g)
         EXPECT_KNOBS(k, src, 32, 0, MOE_EP_KNOBS_HEURISTIC);
         k = resolve(l, 57, 1, &src);
         EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
-        k = resolve(l, 128, 1, &src); /* 512 rows over 8 experts */
+        k = resolve(l, 120, 1, &src); /* 480 rows over 8 experts */
         EXPECT_KNOBS(k, src, 64, 0, MOE_EP_KNOBS_HEURISTIC);
-        k = resolve(l, 129, 1, &src);
+        k = resolve(l, 121, 1, &src);
         EXPECT_KNOBS(k, src, 128, 0, MOE_EP_KNOBS_HEURISTIC);
         EXPECT(moe_ep_knobs_tune_candidates(l, 8, cand, 8, &n) == MOE_EP_SUCCESS && n == 0, "%s candidates: %d", name, n);
         x.gemm_tile_rows = 48;

@@ -17,7 +17,9 @@
 #include "cuda_check.h"
 
 /* Split backend, one rank, tokens [t0, t0 + T) of the fixture -> out (host). */
-static moe_ep_status_t gpu_run(const fixture_t *f, moe_ep_path_t path, int t0, int T, int max_tokens, uint16_t *out)
+/* tile_rows: explicit knobs.gemm_tile_rows, 0 = the heuristic's. */
+static moe_ep_status_t gpu_run(const fixture_t *f, moe_ep_path_t path, int t0, int T, int max_tokens, int tile_rows,
+                               uint16_t *out)
 {
     moe_ep_group_t g = NULL;
     moe_ep_layer_t l = NULL;
@@ -26,6 +28,9 @@ static moe_ep_status_t gpu_run(const fixture_t *f, moe_ep_path_t path, int t0, i
     c.num_experts = f->E, c.top_k = f->K, c.hidden = f->H, c.intermediate = f->I;
     c.max_tokens_per_rank = max_tokens, c.path = path, c.backend = MOE_EP_BACKEND_SPLIT;
     c.swiglu_limit = f->swiglu_limit;
+    moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
+    k.gemm_tile_rows = tile_rows;
+    if (tile_rows) c.knobs = &k;
     if (path == MOE_EP_PATH_NVFP4) /* the activation scales fixture_run gives the reference */
         c.fc1_input_scale = 2688.0f / 5.0f, c.fc2_input_scale = 2688.0f / 2.0f;
     if (!st) st = moe_ep_layer_create(g, &c, &l);
@@ -104,7 +109,7 @@ static void test_path(moe_ep_path_t path, int spread, uint64_t *rng)
     memset(ref, 0xFF, 2 * n);
     moe_ep_status_t st = fixture_run(&f, 1, path, MOE_EP_WIRE_BF16, ref);
     EXPECT(st == MOE_EP_SUCCESS, "reference: %s", moe_ep_last_error());
-    st = gpu_run(&f, path, 0, T, T, big);
+    st = gpu_run(&f, path, 0, T, T, 0, big);
     EXPECT(st == MOE_EP_SUCCESS, "%s large: %s", moe_ep_path_name(path), moe_ep_last_error());
     int nan;
     double err = rel_l2(big, ref, n, &nan);
@@ -123,10 +128,21 @@ static void test_path(moe_ep_path_t path, int spread, uint64_t *rng)
     for (int i = 0; i < 4; i++) {
         const int n_tok = firsts[i];
         uint16_t *part = i == 0 ? small : mid;
-        st = gpu_run(&f, path, 0, n_tok, T, part);
+        st = gpu_run(&f, path, 0, n_tok, T, 0, part);
         EXPECT(st == MOE_EP_SUCCESS, "%s %d tokens: %s", moe_ep_path_name(path), n_tok, moe_ep_last_error());
         EXPECT(memcmp(part, big, (size_t)n_tok * H * 2) == 0,
                "%s: %d tokens alone differ from the same tokens in a batch of %d", moe_ep_path_name(path), n_tok, T);
+    }
+    /* The 128-row register tile at 20, 40, 80 and 112 rows per expert on
+     * average: its wgmma N follows each tile's valid rows (64, 96 or 128:
+     * fr_consume), the same bits as the full tiles of the batch of T. */
+    static const int wide[] = {40, 80, 160, 224};
+    for (int i = 0; i < 4 && path != MOE_EP_PATH_BF16; i++) {
+        st = gpu_run(&f, path, 0, wide[i], T, 128, mid);
+        EXPECT(st == MOE_EP_SUCCESS, "%s %d tokens, 128-row tiles: %s", moe_ep_path_name(path), wide[i], moe_ep_last_error());
+        EXPECT(memcmp(mid, big, (size_t)wide[i] * H * 2) == 0,
+               "%s: %d tokens on 128-row tiles differ from the same tokens in a batch of %d", moe_ep_path_name(path),
+               wide[i], T);
     }
     free(big), free(ref), free(small), free(mid);
     fixture_free(&f);

@@ -264,14 +264,39 @@ __device__ __forceinline__ void wgmma_m64n16k16_f16_rs(float *d, const uint32_t 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
-/* The tile's wgmma: N = BMA activation rows. */
-template <int BMA>
+/* The 48 accumulator registers of an m64n96 wgmma (PTX operands %0..%47). */
+#define FR_D48_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}"
+#define FR_D48(d) WGMMA_D8(d, 0), WGMMA_D8(d, 8), WGMMA_D8(d, 16), WGMMA_D8(d, 24), WGMMA_D8(d, 32), WGMMA_D8(d, 40)
+
+/* d[48] (+)= A (64 x 16 f16, registers a[4]) . B^T (96 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n96k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 " FR_D48_REGS ", {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
+                 : FR_D48(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+/* d[48] (+)= A (64 x 32 e4m3, descriptor da) . B^T (96 x 32 e4m3, descriptor db), fp32
+ * accumulation at the QGMMA's precision; scale_d = 0 zeroes d first. */
+__device__ __forceinline__ void wgmma_m64n96k32_e4m3(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " FR_D48_REGS ", %48, %49, p, 1, 1;\n}\n"
+                 : FR_D48(d)
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* The tile's wgmma: N = NW activation rows (the instance's BMA, or fewer:
+ * fr_consume). */
+template <int NW>
 __device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
-    static_assert(BMA == 128 || BMA == 64 || BMA == 32 || BMA == 16, "the register tile's activation rows");
-    if constexpr (BMA == 128) wgmma_m64n128k16_f16_rs(d, a, db, scale_d);
-    else if constexpr (BMA == 64) wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
-    else if constexpr (BMA == 32) wgmma_m64n32k16_f16_rs(d, a, db, scale_d);
+    static_assert(NW == 128 || NW == 96 || NW == 64 || NW == 32 || NW == 16, "the register tile's wgmma N");
+    if constexpr (NW == 128) wgmma_m64n128k16_f16_rs(d, a, db, scale_d);
+    else if constexpr (NW == 96) wgmma_m64n96k16_f16_rs(d, a, db, scale_d);
+    else if constexpr (NW == 64) wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
+    else if constexpr (NW == 32) wgmma_m64n32k16_f16_rs(d, a, db, scale_d);
     else wgmma_m64n16k16_f16_rs(d, a, db, scale_d);
 }
 
@@ -306,14 +331,15 @@ __device__ __forceinline__ void wgmma_m64n16k32_e4m3(float *d, uint64_t da, uint
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
-/* The QG tile's wgmma (RS_FP8_QG): N = BMA activation rows, both operands
+/* The QG tile's wgmma (RS_FP8_QG): N = NW activation rows, both operands
  * E4M3 in shared memory. */
-template <int BMA>
+template <int NW>
 __device__ __forceinline__ void fr_qgmma(float *d, uint64_t da, uint64_t db, int scale_d)
 {
-    if constexpr (BMA == 128) wgmma_m64n128k32_e4m3(d, da, db, scale_d);
-    else if constexpr (BMA == 64) wgmma_m64n64k32_e4m3(d, da, db, scale_d);
-    else if constexpr (BMA == 32) wgmma_m64n32k32_e4m3(d, da, db, scale_d);
+    if constexpr (NW == 128) wgmma_m64n128k32_e4m3(d, da, db, scale_d);
+    else if constexpr (NW == 96) wgmma_m64n96k32_e4m3(d, da, db, scale_d);
+    else if constexpr (NW == 64) wgmma_m64n64k32_e4m3(d, da, db, scale_d);
+    else if constexpr (NW == 32) wgmma_m64n32k32_e4m3(d, da, db, scale_d);
     else wgmma_m64n16k32_e4m3(d, da, db, scale_d);
 }
 
@@ -408,6 +434,17 @@ __device__ __forceinline__ void fr_widen_nv_chunk(__half (*out)[BMA * 64], int r
     }
 }
 
+/* Whether pass i of the widening (rows RP i .. RP i + RP - 1) has no valid
+ * row. The 128-row instance asks only at its half (64 valid rows or fewer:
+ * its consumers run n64, fr_consume): a test at every pass made the mega
+ * kernel's producer spill. */
+template <int BMA, int RP>
+__device__ __forceinline__ bool fr_rows_done(int i, int rows_valid)
+{
+    if constexpr (BMA == 128) return RP * i == 64 && rows_valid <= 64;
+    else return RP * i >= rows_valid;
+}
+
 /* Raw activation stage (BMA rows x 128 E4M3, 128-byte swizzle) -> fp16 in
  * the wgmma layout (K halves of 64: 128-byte rows, 128-byte swizzle), by the
  * widening threads; raw chunk j (16 B) of row r = fp16 chunks 2 (j % 4), +1 of half
@@ -421,9 +458,8 @@ __device__ __forceinline__ void fr_widen_nv_chunk(__half (*out)[BMA * 64], int r
  * on its own activation row only), as the garbage rows of a partial tile's
  * TMA box always did. At decode (a few rows per expert in a 64-row tile)
  * that skips 3 of 4 groups: the lab measured the producer's widening at
- * 11-15 % of the decode tile's time (FR_LAB_SKIP_WIDEN). The instances of
- * 64 rows or fewer only: in the 128-row one (T >= 512: mostly full tiles) the test
- * made the mega kernel's producer spill (16 bytes). */
+ * 11-15 % of the decode tile's time (FR_LAB_SKIP_WIDEN). The 128-row
+ * instance skips only its second half (fr_rows_done). */
 template <int FMT, int BMA, int NT>
 __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[BMA * 64], int t, uint32_t am,
                                               int rows_valid)
@@ -449,7 +485,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
         constexpr int RP = NT / 4; /* rows per pass of the NT threads */
 #pragma unroll
         for (int i = 0; i < (BMA + RP - 1) / RP; i++) { /* 16 rows, 128 threads: threads 0 .. 63 only */
-            if (BMA <= 64 && RP * i >= rows_valid) break; /* rows RP i .. RP i + RP - 1: none valid */
+            if (fr_rows_done<BMA, RP>(i, rows_valid)) break; /* rows RP i .. RP i + RP - 1: none valid */
             int r = t / 4 + RP * i, j = t % 4;
             if (BMA % RP && r >= BMA) break;
             const uint4 v = fr_lds128(fr_nv_chunk_addr<BMA>(raw, r, j));
@@ -460,7 +496,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
         constexpr int RP = NT / 8;
 #pragma unroll
         for (int i = 0; i < (BMA + RP - 1) / RP; i++) {
-            if (BMA <= 64 && RP * i >= rows_valid) break; /* rows RP i .. RP i + RP - 1: none valid */
+            if (fr_rows_done<BMA, RP>(i, rows_valid)) break; /* rows RP i .. RP i + RP - 1: none valid */
             int r = t / 8 + RP * i, j = t % 8;
             if (BMA % RP && r >= BMA) break;
             uint4 lo, hi;
@@ -743,7 +779,7 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
  * registers) is done and issues its wgmma; its words (fr_load_word) are
  * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
  * promotes part). */
-template <int FMT, int BMA, int B>
+template <int FMT, int BMA, int B, int NW = BMA>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
     if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nBMAk32 QGMMA */
@@ -751,7 +787,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) /* +32 bytes (2 x 16 B) per k32 step, in both 128-byte swizzled operands */
-            fr_qgmma<BMA>(part, smem_desc_u32(w) + 2 * kk, smem_desc_u32(x) + 2 * kk, kk > 0 ? 1 : 0);
+            fr_qgmma<NW>(part, smem_desc_u32(w) + 2 * kk, smem_desc_u32(x) + 2 * kk, kk > 0 ? 1 : 0);
         wgmma_commit();
         wgmma_wait<0>();
         return;
@@ -784,7 +820,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         wgmma_fence();
         /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
-        fr_wgmma<BMA>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
+        fr_wgmma<NW>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -794,7 +830,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
  * alternate into their own accumulators acc[0], acc[1] (16 commit groups,
  * FR_NV_RING - 1 wgmmas in flight while a fragment is widened) and the
  * warpgroup waits once per stage, before the stage is released. */
-template <int BMA>
+template <int BMA, int NW = BMA>
 __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
 {
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
@@ -812,7 +848,7 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
         fr_widen_step<RS_NVFP4>(a[i % FR_NV_RING], r);
         wgmma_fence();
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
-        fr_wgmma<BMA>(acc[b], a[i % FR_NV_RING], db, 1);
+        fr_wgmma<NW>(acc[b], a[i % FR_NV_RING], db, 1);
         wgmma_commit();
         if (i < 15) fr_load_mult_nv(r, ad, rs, (i + 1) % 2, (i + 1) / 2);
     }
@@ -859,6 +895,44 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
         int r = 8 * j + 2 * q;
         C[r][c0 + g] = acc[4 * j], C[r + 1][c0 + g] = acc[4 * j + 1];
         C[r][c0 + g + 8] = acc[4 * j + 2], C[r + 1][c0 + g + 8] = acc[4 * j + 3];
+    }
+}
+
+/* The consumers' K loop: every stage's wgmmas with N = NW activation rows
+ * (BMA, or fewer where the tile's valid rows allow: a wgmma's first NW
+ * columns of accumulators are those of the wider one, and each output
+ * element is the same m64nNk16 chain whatever N, so the sums are the same
+ * bits; rows past NW keep their zeros, which no epilogue reads). */
+/* The narrower Ns the 128-row instance runs: 64 and 96, but FP8-BLOCK's
+ * exact mega kernel spilled with three K loops, so it keeps 96 (which
+ * serves more of its tiles once 128-row tiles start at 60 rows per expert). */
+#ifndef FR_N96_OF /* the kernel lab may try others */
+#define FR_N64_OF(FMT) ((FMT) != RS_FP8_BLOCK)
+#define FR_N96_OF(FMT) 1
+#endif
+template <int FMT, int BMA, int NW>
+__device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA> &s, const gemm_args &g, const fr_addr &ad,
+                                           float (*acc)[BMA / 2], float *part)
+{
+    typedef fr_smem<FMT, BMA> smem_t;
+#pragma unroll 1
+    for (int kt = 0; kt < g.K / FR_BK; kt++) {
+        int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
+        FR_TRACE(5);
+        tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
+        tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
+        FR_TRACE(6);
+        if (kt == 0) FR_TRACE(1);
+        if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
+            fr_stage_nv<BMA, NW>(acc, ad, rs, cs);
+        } else {
+            fr_block<FMT, BMA, 0, NW>(part, ad, rs, cs);
+            fr_promote<FMT, NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
+            fr_block<FMT, BMA, 1, NW>(part, ad, rs, cs);
+            fr_promote<FMT, NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
+        }
+        mbar_arrive(&s.raw_empty[rs]);
+        mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
     }
 }
 
@@ -926,24 +1000,21 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         float acc[2][BMA / 2], part[BMA / 2];
 #pragma unroll
         for (int i = 0; i < BMA / 2; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
-#pragma unroll 1
-        for (int kt = 0; kt < g.K / FR_BK; kt++) {
-            int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
-            FR_TRACE(5);
-            tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
-            tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
-            FR_TRACE(6);
-            if (kt == 0) FR_TRACE(1);
-            if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
-                fr_stage_nv<BMA>(acc, ad, rs, cs);
-            } else {
-                fr_block<FMT, BMA, 0>(part, ad, rs, cs);
-                fr_promote<FMT, BMA>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
-                fr_block<FMT, BMA, 1>(part, ad, rs, cs);
-                fr_promote<FMT, BMA>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
-            }
-            mbar_arrive(&s.raw_empty[rs]);
-            mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
+        if constexpr (BMA == 128) { /* the wgmma's N: the valid rows rounded up to 64 (FR_N64_OF), 96 or 128 */
+            /* rows: from lane 0, so that ptxas knows the branch uniform and keeps
+             * each loop's descriptors in uniform registers (on a per-thread value
+             * it computed them in vector registers, R2UR per wgmma: the n128
+             * stage 26 % longer, mega fwd 1-3 % slower at T = 8192); from shared
+             * memory, so that rows_valid is not kept alive into the consumers.
+             * Except FP8-BLOCK's exact mega kernel (EPILOGUE false): with lane
+             * 0's value it ran 10-14 % slower at T >= 2048 (no spill; measured,
+             * docs/benchmarks.md), with its own rows_valid 1-3 % */
+            const int rows = FMT == RS_FP8_BLOCK && !EPILOGUE ? rows_valid : __shfl_sync(0xFFFFFFFFu, s.rows_valid, 0);
+            if (FR_N64_OF(FMT) && rows <= 64) fr_consume<FMT, BMA, FR_N64_OF(FMT) ? 64 : 128>(s, g, ad, acc, part);
+            else if (FR_N96_OF(FMT) && rows <= 96) fr_consume<FMT, BMA, FR_N96_OF(FMT) ? 96 : 128>(s, g, ad, acc, part);
+            else fr_consume<FMT, BMA, 128>(s, g, ad, acc, part);
+        } else {
+            fr_consume<FMT, BMA, BMA>(s, g, ad, acc, part);
         }
         FR_TRACE(2);
         wg_consumer_barrier(); /* every stage read; C may now overwrite them */
