@@ -1007,8 +1007,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
              * stage 26 % longer, mega fwd 1-3 % slower at T = 8192); from shared
              * memory, so that rows_valid is not kept alive into the consumers.
              * Except FP8-BLOCK's exact mega kernel (EPILOGUE false): with lane
-             * 0's value it ran 10-14 % slower at T >= 2048 (no spill; measured,
-             * docs/benchmarks.md), with its own rows_valid 1-3 % */
+             * 0's value it ran 10-14 % slower at T >= 2048 (ptxas serialised its
+             * wgmmas for want of registers, C7511, which cmake/ptxas_guard.sh now
+             * refuses), with its own rows_valid 1-3 % */
             const int rows = FMT == RS_FP8_BLOCK && !EPILOGUE ? rows_valid : __shfl_sync(0xFFFFFFFFu, s.rows_valid, 0);
             if (FR_N64_OF(FMT) && rows <= 64) fr_consume<FMT, BMA, FR_N64_OF(FMT) ? 64 : 128>(s, g, ad, acc, part);
             else if (FR_N96_OF(FMT) && rows <= 96) fr_consume<FMT, BMA, FR_N96_OF(FMT) ? 96 : 128>(s, g, ad, acc, part);
