@@ -782,7 +782,7 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 template <int FMT, int BMA, int B, int NW = BMA>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
-    if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nBMAk32 QGMMA */
+    if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nNWk32 QGMMA */
         const uint32_t w = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT), x = ad.act + rs * BMA * FR_AROW(FMT);
         wgmma_fence();
 #pragma unroll
@@ -898,11 +898,6 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
     }
 }
 
-/* The consumers' K loop: every stage's wgmmas with N = NW activation rows
- * (BMA, or fewer where the tile's valid rows allow: a wgmma's first NW
- * columns of accumulators are those of the wider one, and each output
- * element is the same m64nNk16 chain whatever N, so the sums are the same
- * bits; rows past NW keep their zeros, which no epilogue reads). */
 /* The narrower Ns the 128-row instance runs: 64 and 96, but FP8-BLOCK's
  * exact mega kernel spilled with three K loops, so it keeps 96 (which
  * serves more of its tiles once 128-row tiles start at 60 rows per expert). */
@@ -910,6 +905,12 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
 #define FR_N64_OF(FMT) ((FMT) != RS_FP8_BLOCK)
 #define FR_N96_OF(FMT) 1
 #endif
+
+/* The consumers' K loop: every stage's wgmmas with N = NW activation rows
+ * (BMA, or fewer where the tile's valid rows allow: a wgmma's first NW
+ * columns of accumulators are those of the wider one, and each output
+ * element is the same m64nNk16 chain whatever N, so the sums are the same
+ * bits; rows past NW keep their zeros, which no epilogue reads). */
 template <int FMT, int BMA, int NW>
 __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA> &s, const gemm_args &g, const fr_addr &ad,
                                            float (*acc)[BMA / 2], float *part)
