@@ -108,6 +108,10 @@ moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group, moe_ep_status
         *status = MOE_EP_FAIL(MOE_EP_ERROR_INVALID_ARGUMENT,
                               "rank %u reported an error in a forward (its moe_ep_group_get_async_error "
                               "says which); this rank skipped it too", detail);
+    else if (kind == MOE_EP_DEVERR_SMEM_ALIGN)
+        *status = MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL,
+                              "mega kernel: its shared memory at 0x%x, not 1024-byte aligned (a bug in moe_ep); "
+                              "nothing was computed", detail);
     else if (w != 0)
         *status = MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "device error word 0x%08x", w);
     return MOE_EP_SUCCESS;

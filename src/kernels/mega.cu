@@ -70,7 +70,8 @@ constexpr int mega_threads()
 
 /* Per-block state in shared memory (not registers: the GEMM tile needs them all). */
 struct mega_shared {
-    uint64_t stage_full[MEGA_STAGES]; /* staged items: a stage's bulk copies landed */
+    uint64_t stage_full[MEGA_STAGES];  /* staged items: a stage's bulk copies landed */
+    uint64_t stage_empty[MEGA_STAGES]; /* the staged combine: a stage read by every summing thread */
     int32_t item, ok, mt;
     int32_t next;                      /* the loop's next item, set by a GEMM run (-1: claim one) */
     uint64_t run_full[2], run_empty[2]; /* a GEMM run's descriptor queue (gemm_run) */
@@ -182,13 +183,13 @@ __device__ __forceinline__ void mega_trace_open(mega_shared *sh, int kind)
         sh->trace_kind = kind, sh->trace_t0 = sh->trace_tw = (unsigned long long)global_ns(), sh->trace_stall = 0;
 }
 
-/* Thread 0: a staged item's wait for stage `stage` (its time adds to the item's stall). */
+/* A staged item's wait for a stage; thread `timer`'s wait adds to the item's stall. */
 __device__ __forceinline__ void mega_trace_stage_wait(const moe_ep_mega_args_t &a, mega_shared *sh, uint64_t *bar,
-                                                      int phase)
+                                                      int phase, int timer)
 {
-    unsigned long long t = threadIdx.x == 0 ? (unsigned long long)global_ns() : 0ull;
+    unsigned long long t = threadIdx.x == timer ? (unsigned long long)global_ns() : 0ull;
     mbar_wait_bounded(bar, phase, a.d.tile_wait_ns);
-    if (threadIdx.x == 0) sh->trace_stall += (unsigned long long)global_ns() - t;
+    if (threadIdx.x == timer) sh->trace_stall += (unsigned long long)global_ns() - t;
 }
 
 __device__ __forceinline__ void mega_trace_mark(mega_shared *sh)
@@ -210,12 +211,12 @@ __device__ __forceinline__ void mega_trace_close(mega_shared *sh)
 #define MEGA_TRACE_OPEN(sh, kind) mega_trace_open(sh, kind)
 #define MEGA_TRACE_MARK(sh) mega_trace_mark(sh)
 #define MEGA_TRACE_CLOSE(sh) mega_trace_close(sh)
-#define MEGA_STAGE_WAIT(a, sh, bar, phase) mega_trace_stage_wait(a, sh, bar, phase)
+#define MEGA_STAGE_WAIT(a, sh, bar, phase, timer) mega_trace_stage_wait(a, sh, bar, phase, timer)
 #else
 #define MEGA_TRACE_OPEN(sh, kind) ((void)0)
 #define MEGA_TRACE_MARK(sh) ((void)0)
 #define MEGA_TRACE_CLOSE(sh) ((void)0)
-#define MEGA_STAGE_WAIT(a, sh, bar, phase) mbar_wait_bounded(bar, phase, (a).d.tile_wait_ns)
+#define MEGA_STAGE_WAIT(a, sh, bar, phase, timer) mbar_wait_bounded(bar, phase, (a).d.tile_wait_ns)
 #endif
 
 /* Whole block: thread 0 waits, everyone learns the outcome. */
@@ -428,7 +429,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
         const uint32_t xs = smem_u32(x);
         if (st.bulk) {
-            MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase);
+            MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
         } else {
             copy_x_rows(a, sh, x, first, j0, min(per_stage, count - j0));
             __syncthreads();
@@ -779,11 +780,15 @@ __device__ void stage_y_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, uin
 /* The group's tokens [first, first + count) summed from their rows staged
  * by stages of the ring (combine_chunk_staged: the same bits as combine_chunk),
  * slot weights from slot_w[j K + k] (shared memory). WIRE at compile time:
- * the decode's per-slot branches fold (the combine is bound by its
- * instructions at 12 warps per SM, not by its loads). Each thread steps its
- * (token jj, chunk ch) pair by blockDim.x chunks without a division, carried
- * over from batch to batch; index math in 32 bits (registers: the kernel's
- * register tiles sit at ptxas's edge). */
+ * the decode's per-slot branches fold. Warp 0 refills the ring (thread 0:
+ * a stage once every summing thread has arrived on its empty barrier), the
+ * other warps sum (every warp when no stage is refilled: short groups,
+ * decode): with one block-wide barrier per stage instead, the
+ * refill's issue and the sums ran one after the other (lab traces,
+ * docs/benchmarks.md: the copies alone ran at ~3.7 TB/s, with the sums and
+ * stores a token took their times added). Each summing thread steps its
+ * (token jj, chunk ch) pair by the summing threads' count without a
+ * division, carried over from batch to batch; index math in 32 bits. */
 template <int WIRE>
 __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh,
                                const float *slot_w, int first, int count)
@@ -796,33 +801,45 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
     const int db = pinned_int((int)moe_ep_row_data_bytes(yf, d.H)), sb = pinned_int((int)moe_ep_row_scale_bytes(yf, d.H));
     const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
+    const int refill = batches > stages ? 32 : 0; /* warp 0 refills; with no refill every thread sums */
+    const int summers = blockDim.x - refill;        /* threads refill .. blockDim.x - 1 */
     if (threadIdx.x == 0) {
         stage_begin(a, sh, st);
+        for (int i = 0; i < stages; i++) mbar_init(&sh->stage_empty[i], summers);
         for (int b = 0; b < min(batches, stages); b++)
             stage_y_rows(a, c, smem + (size_t)b * stage_bytes, &sh->stage_full[b], b * per_stage,
                          min(per_stage, count - b * per_stage), db, sb);
     }
     __syncthreads(); /* the barriers exist before anyone waits; slot_w written */
-    int jj = threadIdx.x / chunks, ch = threadIdx.x - jj * chunks; /* token of the batch, 8-column chunk */
-    for (int b = 0, s = 0, phase = 0; b < batches; b++) {
-        const int j0 = b * per_stage, n = min(per_stage, count - j0);
-        MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase);
-        const uint8_t *stage = smem + s * stage_bytes;
-        while (jj < n) {
-            const int j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j), t = first + j - sh->token_prefix[r];
-            const uint8_t *tok = stage + jj * st.token_bytes;
-            combine_chunk_staged((moe_ep_wire_t)WIRE, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
-                                 slot_w + j * d.K, a.io.out[r] + (int64_t)t * d.H, ch * 8);
-            for (ch += blockDim.x; ch >= chunks; ch -= chunks) jj++;
+    if (threadIdx.x < refill) {
+        for (int b = stages; threadIdx.x == 0 && b < batches; b++) { /* batch b into stage b % stages once read */
+            const int s = b % stages;
+            mbar_wait_bounded(&sh->stage_empty[s], (b / stages - 1) & 1, d.tile_wait_ns);
+            stage_y_rows(a, c, smem + (size_t)s * stage_bytes, &sh->stage_full[s], b * per_stage,
+                         min(per_stage, count - b * per_stage), db, sb);
         }
-        jj -= per_stage; /* into the next batch (only the last batch holds fewer) */
-        __syncthreads(); /* stage s read by every thread */
-        if (threadIdx.x == 0 && b + stages < batches)
-            stage_y_rows(a, c, smem + (size_t)s * stage_bytes, &sh->stage_full[s], j0 + stages * per_stage,
-                         min(per_stage, count - j0 - stages * per_stage), db, sb);
-        if (++s == stages) s = 0, phase ^= 1;
+    } else {
+        const int tid = threadIdx.x - refill;
+        int jj = tid / chunks, ch = tid - jj * chunks; /* token of the batch, 8-column chunk */
+        for (int b = 0, s = 0, phase = 0; b < batches; b++) {
+            const int j0 = b * per_stage, n = min(per_stage, count - j0);
+            MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, refill);
+            const uint8_t *stage = smem + s * stage_bytes;
+            while (jj < n) {
+                const int j = j0 + jj, r = rank_of(sh->token_prefix, d.R, first + j), t = first + j - sh->token_prefix[r];
+                const uint8_t *tok = stage + jj * st.token_bytes;
+                combine_chunk_staged((moe_ep_wire_t)WIRE, tok, tok + d.K * db, db, sb, d.K, c.rows_s + j * d.K,
+                                     slot_w + j * d.K, a.io.out[r] + (int64_t)t * d.H, ch * 8);
+                for (ch += summers; ch >= chunks; ch -= chunks) jj++;
+            }
+            jj -= per_stage; /* into the next batch (only the last batch holds fewer) */
+            if (refill) mbar_arrive(&sh->stage_empty[s]); /* stage s read by this thread */
+            if (++s == stages) s = 0, phase ^= 1;
+        }
     }
     stage_end(a, sh, st);
+    if (threadIdx.x == 0)
+        for (int i = 0; i < stages; i++) mbar_inval(&sh->stage_empty[i]);
 }
 
 /* Combine item: tokens [g * cpi, ...) once the GEMM2 tiles of their rows are
@@ -1122,12 +1139,15 @@ static size_t mega_smem_bytes(const moe_ep_split_dims_t &d)
 template <int BM, int MODE, int SB>
 __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(const __grid_constant__ mega_params p)
 {
-    extern __shared__ __align__(16) uint8_t smem[];
+    /* 1024: the register tile's stages (128-byte swizzle) start at smem itself (fr_smem_base) */
+    extern __shared__ __align__(1024) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;
     mega_shared *sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d));
     if constexpr (!MODE_TMA(MODE)) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
+        if ((uint32_t)__cvta_generic_to_shared(smem) & 1023u) /* not seen; every item then ends at once */
+            moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_SMEM_ALIGN, (uint32_t)__cvta_generic_to_shared(smem));
         tile_wait_arm();
         sh->n_tok = -1, sh->tiles = -1, sh->next = -1;
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;

@@ -128,6 +128,7 @@ static inline int moe_ep_single_tile_allows(int v)
 #define MOE_EP_DEVERR_BAD_EXPERT 1u  /* detail: the slot index */
 #define MOE_EP_DEVERR_BAD_TOKENS 2u  /* detail: the rank */
 #define MOE_EP_DEVERR_TIMEOUT 3u     /* detail: which wait */
+#define MOE_EP_DEVERR_SMEM_ALIGN 5u  /* detail: the mega kernel's shared memory address (not 1024-byte aligned) */
 #define MOE_EP_WAIT_TILE 0x900001u   /* a GEMM tile's pipeline (mbarrier) wait: a bug (hopper.cuh) */
 /* The bound of a GEMM tile's pipeline wait in ns: timeout_seconds, at most
  * 4 s (hopper.cuh times it on the 32-bit globaltimer; a stage takes

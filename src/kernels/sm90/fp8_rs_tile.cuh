@@ -959,6 +959,20 @@ __device__ __forceinline__ uint8_t *fr_align_1024(uint8_t *smem_raw)
     return p;
 }
 
+/* The tile's shared memory in its kernel (EPILOGUE false: the mega kernel,
+ * whose shared memory is __align__(1024), checked at launch in
+ * mega_forward). FP8-BLOCK's there: smem_raw as is. The rounded pointer, 64
+ * bits kept across the tile, was what ptxas spilled (pinned) or serialised
+ * the wgmmas for (C7511, not pinned) once the n128 loop kept its descriptors
+ * in uniform registers. The others keep fr_align_1024 (as is, QG's and
+ * W4A8's 128-row mega kernels serialised: ptxas's allocation moves). */
+template <int FMT, bool EPILOGUE>
+__device__ __forceinline__ uint8_t *fr_tile_base(uint8_t *smem_raw)
+{
+    if constexpr (FMT == RS_FP8_BLOCK && !EPILOGUE) return smem_raw;
+    return fr_align_1024<FR_FP8B(FMT) && !EPILOGUE>(smem_raw);
+}
+
 /* The 128-row instances' GEMM1 outputs in MXFP8 / NVFP4 by chunks inside the
  * consumers (epilogue's QGLU): every format that outputs them (FP8-BLOCK's
  * kernel, which never does, spilled 16 bytes with the code). MXFP8's split
@@ -974,7 +988,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     typedef fr_smem<FMT, BMA> smem_t;
     static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
-    smem_t &s = *(smem_t *)fr_align_1024<FR_FP8B(FMT) && !EPILOGUE>(smem_raw);
+    smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
@@ -1005,17 +1019,20 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             /* rows: from lane 0, so that ptxas knows the branch uniform and keeps
              * each loop's descriptors in uniform registers (on a per-thread value
              * it computed them in vector registers, R2UR per wgmma: the n128
-             * stage 26 % longer, mega fwd 1-3 % slower at T = 8192); from shared
-             * memory, so that rows_valid is not kept alive into the consumers.
-             * Except FP8-BLOCK's exact mega kernel (EPILOGUE false): with lane
-             * 0's value it ran 10-14 % slower at T >= 2048 (ptxas serialised its
-             * wgmmas for want of registers, C7511, which cmake/ptxas_guard.sh now
-             * refuses), with its own rows_valid 1-3 % */
-            const int rows = FMT == RS_FP8_BLOCK && !EPILOGUE ? rows_valid : __shfl_sync(0xFFFFFFFFu, s.rows_valid, 0);
+             * stage 15-26 % longer, mega fwd 1-3 % slower at T = 8192); from
+             * shared memory, so that rows_valid is not kept alive into the
+             * consumers. FP8-BLOCK's mega kernel had no registers for this form
+             * (C7511, cmake/ptxas_guard.sh refuses it) until fr_tile_base */
+            const int rows = __shfl_sync(0xFFFFFFFFu, s.rows_valid, 0);
             if (FR_N64_OF(FMT) && rows <= 64) fr_consume<FMT, BMA, FR_N64_OF(FMT) ? 64 : 128>(s, g, ad, acc, part);
             else if (FR_N96_OF(FMT) && rows <= 96) fr_consume<FMT, BMA, FR_N96_OF(FMT) ? 96 : 128>(s, g, ad, acc, part);
             else fr_consume<FMT, BMA, 128>(s, g, ad, acc, part);
         } else {
+            /* a point ptxas knows the warp converged at: the K loop then runs in
+             * uniform control flow and keeps its wgmma descriptors in uniform
+             * registers (without it: R2UR before each wgmma, 13-24 % more
+             * instructions a stage in every 16- / 32- / 64-row instance) */
+            __syncwarp();
             fr_consume<FMT, BMA, BMA>(s, g, ad, acc, part);
         }
         FR_TRACE(2);
@@ -1055,7 +1072,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
 template <int FMT, int BMA>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
-    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_align_1024<FR_FP8B(FMT)>(smem_raw);
+    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw);
     epilogue<BMA, FR_BN, true, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
 }
 
@@ -1064,7 +1081,7 @@ __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem
 template <int FMT, int BMA>
 __device__ __forceinline__ int fr_claimed(uint8_t *smem_raw)
 {
-    return ((fr_smem<FMT, BMA> *)fr_align_1024<FR_FP8B(FMT)>(smem_raw))->claimed;
+    return ((fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw))->claimed;
 }
 
 /* The tile's format for a GEMM's operand formats (-1: none). */
