@@ -425,7 +425,8 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     __syncthreads();
     record_row_sources(a, c, sh, first, count);
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
-        const int j0 = b * per_stage, total = min(per_stage, count - j0) * chunks;
+        const int j0 = b * per_stage, n = min(per_stage, count - j0);
+        int jj = threadIdx.x / chunks, ch = threadIdx.x - jj * chunks; /* token of the batch, 8-column chunk */
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
         const uint32_t xs = smem_u32(x);
         if (st.bulk) {
@@ -434,13 +435,20 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
             copy_x_rows(a, sh, x, first, j0, min(per_stage, count - j0));
             __syncthreads();
         }
-        for (int i0 = threadIdx.x - lane; i0 < total; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
-            const int i = i0 + lane, jj = i < total ? i / chunks : 0, j = j0 + jj;
-            const int r = rank_of(sh->token_prefix, d.R, first + j);
+        /* lane's pair (jj, ch) = chunk i0 + lane of the batch, stepped by
+         * blockDim.x chunks without a division; set again at each batch, not
+         * carried over as in combine_staged: here the loop runs on the warp's
+         * i0 and the shuffles need a warp's lanes on consecutive chunks. The
+         * rank only where one is absent (tests). Per chunk a division, a
+         * modulo and rank_of's loop were most of the dispatch's instructions
+         * (it ran at ~1.3 TB/s) */
+        for (int i0 = threadIdx.x - lane; i0 < n * chunks; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
+            const bool on = jj < n && (a.absent_rank < 0 || rank_of(sh->token_prefix, d.R, first + j0 + jj) != a.absent_rank);
             float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (i < total && r != a.absent_rank) load_bf16x8_shared(xs + 2u * (uint32_t)(jj * d.H + (i % chunks) * 8), v);
-            dispatch_chunk(f, v, d.H, (i % chunks) * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + j * d.K, d.K,
-                           i < total && r != a.absent_rank);
+            if (on) load_bf16x8_shared(xs + 2u * (uint32_t)(jj * d.H + ch * 8), v);
+            dispatch_chunk(f, v, d.H, ch * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + (j0 + (on ? jj : 0)) * d.K,
+                           d.K, on);
+            for (ch += blockDim.x; ch >= chunks; ch -= chunks) jj++;
         }
         __syncthreads(); /* stage s read by every thread */
         if (threadIdx.x == 0 && st.bulk && b + stages < batches)
