@@ -432,7 +432,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         if (st.bulk) {
             MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
         } else {
-            copy_x_rows(a, sh, x, first, j0, min(per_stage, count - j0));
+            copy_x_rows(a, sh, x, first, j0, n);
             __syncthreads();
         }
         /* lane's pair (jj, ch) = chunk i0 + lane of the batch, stepped by
