@@ -35,6 +35,10 @@
 #define MODE_NV_RS 8  /* NVFP4 */
 #define MODE_QG_RS 9  /* FP8-BLOCK with fp8_fast_accum: the tile's QGMMA instances (RS_FP8_QG) */
 #define MODE_RS(m) ((m) == MODE_FP8_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS || (m) == MODE_QG_RS)
+/* The register tile's item protocol (gemm_item): every register-tile
+ * instance but QGMMA's, whose 128-row kernel ptxas then serialised (C7511,
+ * with any form of the protocol tried, 2026-12-01). */
+#define MEGA_DEFERS(m) (MODE_RS(m) && (m) != MODE_QG_RS)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || MODE_RS(m))
 #define RS_FMT_OF(m) \
     ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
@@ -83,6 +87,11 @@ struct mega_shared {
     uint32_t epoch;                                   /* links: forwards finished on this rank before this one */
     unsigned long long route_mask;                    /* links: ranks a token goes to */
     int32_t token_prefix[MOE_EP_GPU_MAX_RANKS + 1];   /* tokens of the ranks before r */
+    /* The register tile's item protocol (mega_tile_hook): thread 0's own. */
+    int32_t *pending;                  /* the done counter of the block's last GEMM item, not yet raised */
+    int32_t dep_item;                  /* an item claimed whose inputs are known to exist (-1: none) */
+    int32_t *ready;                    /* a.counters' ready counters (the g1_done ones follow, E on) */
+    int E, n_send;                     /* a.d.E; the send items before the count items */
 #ifdef MOE_EP_MEGA_TRACE
     int trace_kind; /* the open item's kind, -1: none */
     unsigned long long trace_t0, trace_tw, trace_stall;
@@ -500,6 +509,64 @@ __device__ __forceinline__ void gemm_item_tile(const mega_ctx &c, int E, int n, 
     }
 }
 
+/* ---- The register tile's item protocol ----------------------------------
+ * A GEMM item's done counter is raised (release_pending) not at the item's
+ * end, where the fence waits ~1 us for the epilogue's stores to drain, but
+ * in the block's next tile once its first loads are issued
+ * (mega_tile_hook::loads_issued), so that the drain overlaps their flight;
+ * and the next item's inputs are looked at when it is claimed, while thread
+ * 0 waits for the consumers anyway (mega_tile_hook::claimed), so that the
+ * item then starts without a wait's round trip. Deadlock-free: a block
+ * raises its pending counter before any wait that might need it (the item
+ * loop, for every item but one whose inputs were seen to exist; the exit). */
+
+/* Thread 0, every thread's writes of the item ordered before it by a barrier. */
+__device__ __forceinline__ void release_pending(mega_shared *sh)
+{
+    if (!sh->pending) return;
+    __threadfence();
+    red_release_add(sh->pending, 1);
+    sh->pending = nullptr;
+}
+
+/* The counter GEMM item `item` (the loop's index) waits for, and its target;
+ * NULL: not a GEMM item. From the shared block alone (the tile's hook has no args). */
+__device__ __forceinline__ const int32_t *gemm_dependency(const mega_shared *sh, int item, int32_t &target)
+{
+    const int j = item - sh->n_send - sh->n_count - sh->n_groups, n_g1 = sh->tiles * sh->n1;
+    if (item < 0 || j < 0 || j >= n_g1 + sh->tiles * sh->n2) return nullptr;
+    if (j >= n_g1) { /* GEMM2 item j - n_g1: m tile (j - n_g1) / n2 (gemm_item_tile's order) */
+        target = sh->n1;
+        return sh->ready + sh->E + (j - n_g1) / sh->n2; /* g1_done[mt] */
+    }
+    const int32_t *off = (const int32_t *)(sh + 1), *tile_off = off + sh->E + 1;
+    const int e = tile_expert(tile_off, sh->E, j / sh->n1);
+    target = off[e + 1] - off[e];
+    return sh->ready + e;
+}
+
+/* The register tile's HOOK in this kernel (fr_no_hook: what and when). */
+template <int BM, int MODE>
+struct mega_tile_hook {
+    static __device__ __forceinline__ mega_shared *shared()
+    {
+        extern __shared__ __align__(1024) uint8_t smem[];
+        return (mega_shared *)(smem + (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16); /* mega_shared_offset */
+    }
+    static __device__ __forceinline__ void claimed(int item)
+    {
+        if constexpr (!MEGA_DEFERS(MODE)) return;
+        mega_shared *sh = shared();
+        int32_t target = 0;
+        const int32_t *ctr = gemm_dependency(sh, item, target);
+        sh->dep_item = ctr && ld_acquire(ctr) >= target ? item : -1;
+    }
+    static __device__ __forceinline__ void loads_issued()
+    {
+        if constexpr (MEGA_DEFERS(MODE)) release_pending(shared());
+    }
+};
+
 template <int BM, int MODE, int SB, bool FIRST>
 __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
 {
@@ -508,8 +575,9 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     {
         const mega_ctx c = ctx_of(a, sh);
         gemm_item_tile<MODE>(c, a.d.E, FIRST ? c.n1 : c.n2, i, e, mt, n0);
-        bool ok = FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
-                        : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
+        bool ok = (MEGA_DEFERS(MODE) && sh->dep_item == sh->item) ||
+                  (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
         if (!ok) return false;
         row0 = c.off[e] + (mt - c.tile_off[e]) * BM; /* after the wait: nothing more held across it */
         rows_valid = min(BM, c.off[e + 1] - row0);
@@ -523,16 +591,23 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
          * runs after the tile as a call (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
         constexpr bool AFTER = BM == 128;
-        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
     }
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
-    if constexpr (MODE_RS(MODE))
-        if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
     const mega_ctx c = ctx_of(a, sh);
-    block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
+    if constexpr (MEGA_DEFERS(MODE)) { /* the counter is raised later (release_pending), the item's writes drained by then */
+        if (threadIdx.x == 0) {
+            sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
+            sh->pending = FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt];
+        }
+    } else {
+        if constexpr (MODE_RS(MODE))
+            if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
+        block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
+    }
     return true;
 }
 
@@ -729,10 +804,10 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
         const int32_t *dq2 = pinned(sh)->run_q[q & 1];
         const int first = dq2[0] == 1, mt = dq2[2];
         mbar_arrive(&sh->run_empty[q & 1]);
-        __threadfence();
         wg_consumer_barrier();
-        if (h == 0 && t == 0) {
+        if (h == 1 && t == 0) { /* every consumer's stores before the barrier: one fence drains them (grid sync's pattern) */
             const mega_ctx c = ctx_of(p.a, sh);
+            __threadfence();
             red_release_add(first ? &c.g1_done[mt] : &c.g2_done[mt], 1);
         }
     }
@@ -1158,6 +1233,10 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
             moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_SMEM_ALIGN, (uint32_t)__cvta_generic_to_shared(smem));
         tile_wait_arm();
         sh->n_tok = -1, sh->tiles = -1, sh->next = -1;
+        if constexpr (MEGA_DEFERS(MODE)) { /* for the register tile's hook (gemm_dependency), which has no args */
+            sh->pending = nullptr, sh->dep_item = -1;
+            sh->ready = a.counters + MOE_EP_MEGA_CTR_FIXED, sh->E = a.d.E, sh->n_send = n_send;
+        }
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
     }
@@ -1176,6 +1255,10 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         __syncthreads();
         int i = sh->item;
         __syncthreads();
+        /* a GEMM item whose inputs exist raises the last one's counter in its
+         * tile (mega_tile_hook); any other raises it before it can wait */
+        if constexpr (MEGA_DEFERS(MODE))
+            if (threadIdx.x == 0 && i != sh->dep_item) release_pending(sh);
         if (i < 0) break;
         if (i < n_send) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_SEND);
@@ -1227,6 +1310,10 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         if (!ok) break;
     }
     MEGA_TRACE_CLOSE(sh);
+    if constexpr (MEGA_DEFERS(MODE)) { /* the last item's counter (a wait that failed left it too) */
+        __syncthreads();
+        if (threadIdx.x == 0) release_pending(sh);
+    }
     mega_exit(a, sh);
 }
 

@@ -564,6 +564,18 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_s
     }
 }
 
+/* What a persistent kernel around the tile does at two points of thread 0's
+ * work (HOOK of fp8_rs_tile; split's grouped GEMM: nothing):
+ *   claimed(item): the block's next item was claimed (g.claim_counter set),
+ *     after the producer's last stage: thread 0 is otherwise idle until the
+ *     consumers end, so a wait here costs the tile nothing;
+ *   loads_issued(): the first stages' TMA loads are issued, before the
+ *     widening starts: what thread 0 does here overlaps their flight. */
+struct fr_no_hook {
+    static __device__ __forceinline__ void claimed(int) {}
+    static __device__ __forceinline__ void loads_issued() {}
+};
+
 /* The widening threads' own barrier (id 2; 1 is the consumers'). */
 template <int NT>
 __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2, %0;\n" ::"n"(NT) : "memory"); }
@@ -621,7 +633,7 @@ __device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA> &s, const gemm_
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
  * widening of A (FR_WIDEN_THREADS threads: all 128, or warps 1-3 beside a
  * TMA warp, FR_TMA_WARP_OF). */
-template <int FMT, int BMA>
+template <int FMT, int BMA, typename HOOK>
 __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
                                            int n_k, int t)
@@ -633,7 +645,10 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
         if (t < 32) { /* the TMA warp: each raw stage as soon as its slot is free */
             if (t == 0)
 #pragma unroll 1
-                for (int kt = 0; kt < n_k; kt++) fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+                for (int kt = 0; kt < n_k; kt++) {
+                    fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+                    if (kt == min(n_k, RAW) - 1) HOOK::loads_issued(); /* the ring's first fill in flight */
+                }
             return;
         }
         t -= 32;
@@ -655,7 +670,10 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
             fr_widen_stage<FMT, BMA>(s, g, cur, rows_valid, cv, t);
         }
-        if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+        if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) {
+            fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+            if (kt == min(n_k, LEAD) - 1) HOOK::loads_issued(); /* before this thread's first widening */
+        }
     }
 }
 
@@ -981,7 +999,7 @@ __device__ __forceinline__ uint8_t *fr_tile_base(uint8_t *smem_raw)
  * instances take them by chunks anyway (epilogue). */
 #define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4 || (FMT) == RS_MXFP8))
 
-template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true>
+template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true, typename HOOK = fr_no_hook>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int row0, int rows_valid, int n0)
 {
@@ -1001,10 +1019,13 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     __syncthreads();
     if (wg == 0) {
         setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
-        fr_produce<FMT, BMA>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        fr_produce<FMT, BMA, HOOK>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
         /* the next item's claim: its atomic's round trip runs beside the
          * consumers' last stages and the epilogue, not after them */
-        if (t == 0 && g.claim_counter) s.claimed = atomicAdd(g.claim_counter, 1);
+        if (t == 0 && g.claim_counter) {
+            s.claimed = atomicAdd(g.claim_counter, 1);
+            HOOK::claimed(s.claimed);
+        }
         FR_TRACE(7);
         wg_registers_back_wait(); /* asleep until the consumers gave their registers back */
         setmaxnreg_inc<FR_LAUNCH_REGS>();
