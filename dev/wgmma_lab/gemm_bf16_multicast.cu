@@ -1,0 +1,408 @@
+/* Kernel lab: does a 2-CTA cluster that shares the weight tile by TMA
+ * multicast make the bf16 grouped GEMM faster? (design.md: "The bf16 tile's
+ * L2 traffic": the 128 x 256 tile reads each 256-column weight slice once
+ * per 128 rows; ncu put split's bf16 GEMMs at 70-73 % of L2 throughput.)
+ *
+ * Both kernels are persistent (one CTA per SM) and pipelined over their
+ * tiles as split's wg_persistent: warpgroup 0's thread 0 issues TMA into a
+ * 4-stage ring, warpgroups 1-2 run wgmma m64n256k16 (64 rows each) and
+ * store bf16 from registers while the producer loads the next tile.
+ *   plain:     tile (expert e, m tile mt, column block nb), split's order
+ *              (an expert's tiles column block by column block).
+ *   multicast: __cluster_dims__(2): the pair takes m tiles 2 mp and 2 mp + 1
+ *              of one (e, nb); each CTA loads its own 128 x 64 A box and half
+ *              of the 256 x 64 B box (128 rows), multicast to both, so each
+ *              block reads 32 KB a stage from L2 instead of 48. A stage is
+ *              free again once the consumers of both CTAs are done with it:
+ *              each consumer warp arrives on its own CTA's empty barrier
+ *              and on the peer's (count 16 = 8 warps x 2 CTAs).
+ * E experts of M_e rows (a multiple of 256), C[e rows][N] bf16 =
+ * A[e rows][K] . B[e N][K]^T; A, B K-major bf16. Every wait bounded (1 s).
+ * Checks: multicast against plain bit for bit (same wgmma chains: it must
+ * be identical), plain against a naive fp32 GEMM (rel L2) on a small shape.
+ * Build here (CI machine) or there:
+ *   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I../../src -I../../include -o mc_lab gemm_bf16_multicast.cu -lcuda
+ * Prints per shape: best-of-N time and TFLOP/s of each kernel and their ratio. */
+#include "../../src/kernels/sm90/hopper.cuh" /* mbarrier, TMA, descriptors, wgmma */
+
+#include "lab_common.cuh"
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BM 128
+#define BN 256
+#define BK 64
+#define STAGES 4
+#define WAIT_NS 1000000000u
+
+struct smem_t {
+    __nv_bfloat16 a[STAGES][BM * BK]; /* 16 KB each, 1024-aligned */
+    __nv_bfloat16 b[STAGES][BN * BK]; /* 32 KB each; multicast: rows [128 r, 128 r + 128) from CTA r */
+    uint64_t full[STAGES], empty[STAGES];
+};
+
+struct lab_args {
+    int E, M_e, N, K;
+    __nv_bfloat16 *C;
+    unsigned *failed;  /* a wait gave up somewhere */
+    const int4 *tiles; /* LIST: every tile's (row0, valid rows, expert, n0) in split's order */
+    int n_tiles;
+};
+
+__device__ __forceinline__ uint32_t cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_id() { uint32_t r; asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r)); return r; }
+__device__ __forceinline__ uint32_t cluster_count() { uint32_t r; asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r)); return r; }
+
+/* Every thread of both CTAs: what one wrote before (barrier inits, the last
+ * stage's use) is seen by the other after. */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+/* The box at (x, y) of map into dst of every CTA in mask, completing its
+ * bytes on the barrier at bar's offset in each. */
+__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int x, int y,
+                                                      uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"(mask)
+                 : "memory");
+}
+
+/* One arrival on the barrier at b's offset in CTA `rank` of the cluster. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(b)),
+                 "r"(rank)
+                 : "memory");
+}
+
+/* A consumer warp is done with a stage (its wgmmas waited for): one lane
+ * arrives (ALL: every thread, as the library), MC: lane 1 also on the peer's. */
+template <bool MC, bool ALL>
+__device__ __forceinline__ void release_stage(uint64_t *empty, int lane, uint32_t rank)
+{
+    if (ALL) {
+        mbar_arrive(empty);
+        return;
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty);
+    if (MC && lane == 1) mbar_arrive_cluster(empty, rank ^ 1u);
+}
+
+/* Tile i of the order (MC: pair i, this CTA's m tile of it): expert, first row, first column. */
+template <bool MC, bool LIST>
+__device__ __forceinline__ void tile_of(const lab_args &g, int i, int &row0, int &n0, int &valid, int &e)
+{
+    if (LIST) {
+        const int4 t = g.tiles[i];
+        row0 = t.x, valid = t.y, e = t.z, n0 = t.w;
+        return;
+    }
+    const int nb = g.N / BN, mt_e = g.M_e / BM, per_e = (MC ? mt_e / 2 : mt_e) * nb;
+    const int li = i % per_e, m_units = MC ? mt_e / 2 : mt_e;
+    e = i / per_e;
+    const int mt = MC ? 2 * (li % m_units) + (int)cluster_rank() : li % m_units;
+    row0 = e * g.M_e + mt * BM, n0 = (li / m_units) * BN, valid = BM;
+}
+
+/* MC: the cluster kernel (uniform experts only); ALL: every consumer thread
+ * arrives on the empty barrier (the library's wg_mma_tile) instead of one
+ * lane a warp; LIST: tiles from g.tiles (experts of any rows: the last tile
+ * partial, a warpgroup with no valid row idle, as wg_mma_tile). */
+template <bool MC, bool ALL, bool LIST>
+__device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtensorMap *tb)
+{
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK;
+    const int total = LIST ? g.n_tiles : g.E * (g.M_e / BM / (MC ? 2 : 1)) * (g.N / BN);
+    const int first = MC ? (int)cluster_id() : (int)blockIdx.x, step = MC ? (int)cluster_count() : (int)gridDim.x;
+    const uint32_t rank = MC ? cluster_rank() : 0u;
+    if (threadIdx.x == 0) {
+        tile_wait_arm();
+        for (int i = 0; i < STAGES; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], ALL ? 256 : MC ? 16 : 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    if (MC) cluster_sync(); /* the peer's barriers exist before any copy or arrival reaches them */
+    else __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (t == 0) {
+            int kg = 0;
+            for (int i = first; i < total; i += step) {
+                int row0, n0, valid, e;
+                tile_of<MC, LIST>(g, i, row0, n0, valid, e);
+                for (int kt = 0; kt < n_k; kt++, kg++) {
+                    const int st = kg % STAGES;
+                    mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
+                    mbar_expect_tx(&s.full[st], (BM + BN) * BK * 2); /* A + the whole B, both halves */
+                    tma_load_2d(s.a[st], ta, &s.full[st], kt * BK, row0);
+                    if (MC)
+                        tma_load_2d_multicast(&s.b[st][128 * rank * BK], tb, &s.full[st], kt * BK,
+                                              e * g.N + n0 + 128 * (int)rank, (uint16_t)3);
+                    else tma_load_2d(s.b[st], tb, &s.full[st], kt * BK, e * g.N + n0);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int h = wg - 1, warp = t / 32, lane = t % 32;
+        int kg = 0;
+        for (int i = first; i < total; i += step) {
+            int row0, n0, valid, e;
+            tile_of<MC, LIST>(g, i, row0, n0, valid, e);
+            const bool idle = 64 * h >= valid;
+            float d[128];
+            for (int kt = 0; kt < n_k; kt++, kg++) {
+                const int st = kg % STAGES;
+                mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
+                if (!idle) {
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; kk++)
+                        wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * BK]) + 2 * kk,
+                                              smem_desc(&s.b[st][0]) + 2 * kk, (kt > 0 || kk > 0) ? 1 : 0);
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                }
+                if (kt > 0) release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
+            }
+            wgmma_wait<0>();
+            release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
+            /* D fragment: warp w holds rows 16 w .. 16 w + 15 of the warpgroup's
+             * 64; per 8 columns j: d[4j], d[4j+1] at row lane/4, d[4j+2..3] 8 below */
+            const int r = 64 * h + 16 * warp + lane / 4;
+            __nv_bfloat16 *c0 = g.C + (size_t)(row0 + r) * g.N + n0 + 2 * (lane % 4), *c1 = c0 + (size_t)8 * g.N;
+            if (r < valid)
+#pragma unroll
+                for (int j = 0; j < 32; j++) *(__nv_bfloat162 *)(c0 + 8 * j) = __floats2bfloat162_rn(d[4 * j], d[4 * j + 1]);
+            if (r + 8 < valid)
+#pragma unroll
+                for (int j = 0; j < 32; j++)
+                    *(__nv_bfloat162 *)(c1 + 8 * j) = __floats2bfloat162_rn(d[4 * j + 2], d[4 * j + 3]);
+        }
+    }
+    if (MC) cluster_sync(); /* no CTA leaves while the peer's copies or arrivals may still reach it */
+    else __syncthreads();
+    if (threadIdx.x == 0 && tile_wait_failed) atomicAdd(g.failed, 1u);
+}
+
+template <bool ALL, bool LIST>
+__global__ void __launch_bounds__(384, 1) gemm_plain(const lab_args g, const __grid_constant__ CUtensorMap ta,
+                                                     const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<false, ALL, LIST>(g, &ta, &tb);
+}
+
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_multicast(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<true, false, false>(g, &ta, &tb);
+}
+
+/* C (fp32) of every row with its expert's weights (row_e[m]), naive, for the check. */
+__global__ void gemm_naive(const __nv_bfloat16 *A, const __nv_bfloat16 *B, const int *row_e, float *C, int N, int K)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y, e = row_e[m];
+    if (n >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++)
+        acc += __bfloat162float(A[(size_t)m * K + k]) * __bfloat162float(B[((size_t)e * N + n) * K + k]);
+    C[(size_t)m * N + n] = acc;
+}
+
+__global__ void fill_random(__nv_bfloat16 *x, size_t n, uint32_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 16, h *= 0x7feb352d, h ^= h >> 15, h *= 0x846ca68b, h ^= h >> 16;
+        x[i] = __float2bfloat16(((float)(h & 0xFFFF) / 65536.0f - 0.5f) * 2.0f);
+    }
+}
+
+/* One shape's buffers: rows of every expert (rows_e), A over them (+ a tile
+ * of padding), B, two NaN-poisoned outputs, the tile list in split's order
+ * (an expert's tiles column block by column block). */
+struct shape {
+    int E, N, K;
+    size_t rows;
+    __nv_bfloat16 *A, *B, *C[2];
+    int4 *tiles;
+    int n_tiles, *row_e;
+};
+
+static shape make_shape(int E, int M_e, int jitter, int N, int K)
+{
+    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, 0, NULL};
+    int *rows_e = (int *)malloc(sizeof(int) * E);
+    for (int e = 0; e < E; e++) /* deterministic, spread over [-jitter, jitter] (uniform routing's spread) */
+        rows_e[e] = M_e + (jitter ? (int)(((uint32_t)e * 2654435761u >> 7) % (2 * jitter + 1)) - jitter : 0), sh.rows += rows_e[e];
+    int4 *ht = (int4 *)malloc(sizeof(int4) * (sh.rows / BM + E) * (N / BN));
+    int *hre = (int *)malloc(sizeof(int) * sh.rows);
+    size_t row0 = 0;
+    for (int e = 0; e < E; e++) {
+        const int mt = (rows_e[e] + BM - 1) / BM;
+        for (int nb = 0; nb < N / BN; nb++)
+            for (int m = 0; m < mt; m++)
+                ht[sh.n_tiles++] = make_int4((int)row0 + m * BM, rows_e[e] - m * BM < BM ? rows_e[e] - m * BM : BM, e, nb * BN);
+        for (int r = 0; r < rows_e[e]; r++) hre[row0 + r] = e;
+        row0 += rows_e[e];
+    }
+    CHECK(cudaMalloc(&sh.A, (sh.rows + BM) * K * 2));
+    CHECK(cudaMalloc(&sh.B, (size_t)E * N * K * 2));
+    for (int v = 0; v < 2; v++) CHECK(cudaMalloc(&sh.C[v], sh.rows * N * 2));
+    CHECK(cudaMalloc(&sh.tiles, sizeof(int4) * sh.n_tiles));
+    CHECK(cudaMalloc(&sh.row_e, sizeof(int) * sh.rows));
+    CHECK(cudaMemcpy(sh.tiles, ht, sizeof(int4) * sh.n_tiles, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(sh.row_e, hre, sizeof(int) * sh.rows, cudaMemcpyHostToDevice));
+    fill_random<<<1024, 256>>>(sh.A, (sh.rows + BM) * K, 1234u + M_e);
+    fill_random<<<4096, 256>>>(sh.B, (size_t)E * N * K, 777u + N);
+    CHECK(cudaDeviceSynchronize());
+    free(rows_e), free(ht), free(hre);
+    return sh;
+}
+
+static void free_shape(shape &sh)
+{
+    cudaFree(sh.A), cudaFree(sh.B), cudaFree(sh.C[0]), cudaFree(sh.C[1]), cudaFree(sh.tiles), cudaFree(sh.row_e);
+}
+
+/* Outputs v of the shape: bf16 bits on the host. */
+static uint16_t *fetch(const shape &sh, int v)
+{
+    uint16_t *h = (uint16_t *)malloc(sh.rows * sh.N * 2);
+    CHECK(cudaMemcpy(h, sh.C[v], sh.rows * sh.N * 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static int g_sms, g_grid_mc;
+static unsigned *g_failed;
+static size_t g_smem;
+
+/* kernel k of the lab: 0 plain, 1 plain ALL, 2 LIST, 3 LIST ALL, 4 multicast */
+static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh)
+{
+    lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles};
+    switch (k) {
+    case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 2: gemm_plain<false, true><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 3: gemm_plain<true, true><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    default: gemm_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tbh); break;
+    }
+    CHECK(cudaGetLastError());
+}
+
+static const char *kernel_name[5] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
+                                     "multicast"};
+
+/* Kernels ks[0..n) on one shape: outputs against kernel ks[0]'s bit for bit
+ * (and ks[0] against the naive GEMM when check), then best-of-iters times. */
+static void run(const char *name, int E, int M_e, int jitter, int N, int K, const int *ks, int n, int check, int iters)
+{
+    shape sh = make_shape(E, M_e, jitter, N, K);
+    CUtensorMap ta = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, BM, BK);
+    CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
+    CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
+    printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles\n", name, E, sh.rows, M_e, jitter, N, K, sh.n_tiles);
+    CHECK(cudaMemset(sh.C[0], 0xFF, sh.rows * N * 2)); /* NaN-poisoned */
+    CHECK(cudaMemset(g_failed, 0, 4));
+    launch(ks[0], sh, 0, ta, tb, tbh);
+    CHECK(cudaDeviceSynchronize());
+    uint16_t *h0 = fetch(sh, 0);
+    size_t nan0 = 0;
+    for (size_t i = 0; i < sh.rows * N; i++) nan0 += (h0[i] & 0x7FFF) > 0x7F80;
+    if (check) {
+        float *R, *hr = (float *)malloc(sh.rows * N * 4);
+        CHECK(cudaMalloc(&R, sh.rows * N * 4));
+        gemm_naive<<<dim3((N + 255) / 256, (unsigned)sh.rows), 256>>>(sh.A, sh.B, sh.row_e, R, N, K);
+        CHECK(cudaDeviceSynchronize());
+        CHECK(cudaMemcpy(hr, R, sh.rows * N * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        for (size_t i = 0; i < sh.rows * N; i++) {
+            uint32_t u = (uint32_t)h0[i] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            num += ((double)f - hr[i]) * ((double)f - hr[i]), den += (double)hr[i] * hr[i];
+        }
+        printf("  %s against naive fp32: rel L2 %.3e -> %s\n", kernel_name[ks[0]], sqrt(num / den),
+               sqrt(num / den) < 8e-3 ? "OK" : "WRONG");
+        cudaFree(R), free(hr);
+    }
+    printf("  %s: NaN/unwritten %zu -> %s\n", kernel_name[ks[0]], nan0, nan0 ? "WRONG" : "OK");
+    for (int j = 1; j < n; j++) {
+        CHECK(cudaMemset(sh.C[1], 0xFF, sh.rows * N * 2));
+        launch(ks[j], sh, 1, ta, tb, tbh);
+        CHECK(cudaDeviceSynchronize());
+        uint16_t *h1 = fetch(sh, 1);
+        size_t diff = 0;
+        for (size_t i = 0; i < sh.rows * N; i++) diff += h0[i] != h1[i];
+        printf("  %s: differs from %s in %zu of %zu -> %s\n", kernel_name[ks[j]], kernel_name[ks[0]], diff, sh.rows * N,
+               diff ? "WRONG" : "OK");
+        free(h1);
+    }
+    free(h0);
+    unsigned hf;
+    CHECK(cudaMemcpy(&hf, g_failed, 4, cudaMemcpyDeviceToHost));
+    if (hf) printf("  WRONG: %u blocks had a wait give up\n", hf);
+    const double flop = 2.0 * sh.rows * N * K;
+    float t[5];
+    for (int j = 0; j < n; j++) {
+        LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh));
+        printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f\n", kernel_name[ks[j]], t[j] * 1e3,
+               flop / (t[j] * 1e-3) / 1e12, kernel_name[ks[0]], t[j] / t[0]);
+    }
+    free_shape(sh);
+}
+
+int main(void)
+{
+    CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaMalloc(&g_failed, 4));
+    g_smem = sizeof(smem_t) + 1024;
+    CHECK(cudaFuncSetAttribute(gemm_plain<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_plain<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_plain<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_plain<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_multicast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    /* pairs of SMs in one GPC: fewer than sms / 2 may be resident at once,
+     * and a persistent grid must not wait for a second wave */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension, attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1,
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(g_sms & ~1), cfg.blockDim = dim3(384), cfg.dynamicSmemBytes = g_smem, cfg.attrs = &attr, cfg.numAttrs = 1;
+    int clusters = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)gemm_multicast, &cfg));
+    g_grid_mc = 2 * (clusters < g_sms / 2 ? clusters : g_sms / 2);
+    printf("%d SMs, %d 2-CTA clusters resident at once: multicast grid %d\n", g_sms, clusters, g_grid_mc);
+    const int uniform[3] = {0, 1, 4}, listed[2] = {2, 3}, same[2] = {0, 2};
+    run("small", 2, 256, 0, 512, 512, uniform, 3, 1, 3);
+    run("small, the list", 2, 256, 0, 512, 512, same, 2, 0, 3);
+    run("small, partial tiles", 3, 256, 40, 512, 448, listed, 2, 1, 3);
+    /* EP8 slices (../../../shared/geometries.md): rows per expert = T * 6 / experts */
+    run("pro GEMM1 T=2048", 48, 256, 0, 6144, 7168, uniform, 3, 0, 5);
+    run("pro GEMM1 T=2048, partial tiles", 48, 256, 27, 6144, 7168, listed, 2, 0, 5);
+    run("pro GEMM2 T=2048, partial tiles", 48, 256, 27, 7168, 3072, listed, 2, 0, 5);
+    run("pro GEMM1 T=8192", 48, 1024, 0, 6144, 7168, uniform, 3, 0, 3);
+    run("pro GEMM1 T=8192, partial tiles", 48, 1024, 54, 6144, 7168, listed, 2, 0, 3);
+    run("pro GEMM2 T=8192, partial tiles", 48, 1024, 54, 7168, 3072, listed, 2, 0, 3);
+    run("flash GEMM1 T=8192, partial tiles", 32, 1536, 66, 4096, 4096, listed, 2, 0, 3);
+    run("dense 8192^3", 1, 8192, 0, 8192, 8192, uniform, 3, 0, 5);
+    return 0;
+}
