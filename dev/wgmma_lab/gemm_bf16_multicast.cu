@@ -16,6 +16,11 @@
  *              free again once the consumers of both CTAs are done with it:
  *              each consumer warp arrives on its own CTA's empty barrier
  *              and on the peer's (count 16 = 8 warps x 2 CTAs).
+ *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
+ *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
+ *              tile of an expert partial, a warpgroup with no valid row
+ *              idle (as wg_mma_tile); also with the partial tiles moved
+ *              last, and with every tile cut to 64 rows (one warpgroup).
  * E experts of M_e rows (a multiple of 256), C[e rows][N] bf16 =
  * A[e rows][K] . B[e N][K]^T; A, B K-major bf16. Every wait bounded (1 s).
  * Checks: multicast against plain bit for bit (same wgmma chains: it must
@@ -246,7 +251,14 @@ struct shape {
     int n_tiles, *row_e;
 };
 
-static shape make_shape(int E, int M_e, int jitter, int N, int K)
+/* The tile list's forms: split's order; the same tiles with every partial
+ * one moved after the full ones (does a partial tile cost the full tiles
+ * running beside it?); every tile cut to its first 64 rows (one warpgroup a
+ * tile: what a tile costs with one warpgroup idle; outputs of the other rows
+ * unwritten, so timing only). */
+enum { LIST_SPLIT_ORDER = 0, LIST_PARTIAL_LAST = 1, LIST_HALF_ROWS = 2 };
+
+static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIST_SPLIT_ORDER)
 {
     shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, 0, NULL};
     int *rows_e = (int *)malloc(sizeof(int) * E);
@@ -263,6 +275,17 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K)
         for (int r = 0; r < rows_e[e]; r++) hre[row0 + r] = e;
         row0 += rows_e[e];
     }
+    if (form == LIST_PARTIAL_LAST) { /* stable: full tiles in their order, then the partial ones */
+        int4 *moved = (int4 *)malloc(sizeof(int4) * sh.n_tiles);
+        int n = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < sh.n_tiles; i++)
+                if ((ht[i].y == BM) == (pass == 0)) moved[n++] = ht[i];
+        memcpy(ht, moved, sizeof(int4) * sh.n_tiles);
+        free(moved);
+    }
+    if (form == LIST_HALF_ROWS)
+        for (int i = 0; i < sh.n_tiles; i++) ht[i].y = ht[i].y < 64 ? ht[i].y : 64;
     CHECK(cudaMalloc(&sh.A, (sh.rows + BM) * K * 2));
     CHECK(cudaMalloc(&sh.B, (size_t)E * N * K * 2));
     for (int v = 0; v < 2; v++) CHECK(cudaMalloc(&sh.C[v], sh.rows * N * 2));
@@ -313,9 +336,10 @@ static const char *kernel_name[5] = {"plain", "plain, every thread arrives", "ti
 
 /* Kernels ks[0..n) on one shape: outputs against kernel ks[0]'s bit for bit
  * (and ks[0] against the naive GEMM when check), then best-of-iters times. */
-static void run(const char *name, int E, int M_e, int jitter, int N, int K, const int *ks, int n, int check, int iters)
+static void run(const char *name, int E, int M_e, int jitter, int N, int K, const int *ks, int n, int check, int iters,
+                int form = LIST_SPLIT_ORDER)
 {
-    shape sh = make_shape(E, M_e, jitter, N, K);
+    shape sh = make_shape(E, M_e, jitter, N, K, form);
     CUtensorMap ta = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, BM, BK);
     CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
     CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
@@ -344,6 +368,7 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
                sqrt(num / den) < 8e-3 ? "OK" : "WRONG");
         cudaFree(R), free(hr);
     }
+    if (form == LIST_HALF_ROWS) nan0 = 0, check = 0, n = 1; /* half the rows unwritten by design: timing only */
     printf("  %s: NaN/unwritten %zu -> %s\n", kernel_name[ks[0]], nan0, nan0 ? "WRONG" : "OK");
     for (int j = 1; j < n; j++) {
         CHECK(cudaMemset(sh.C[1], 0xFF, sh.rows * N * 2));
@@ -403,6 +428,13 @@ int main(void)
     run("pro GEMM1 T=8192, partial tiles", 48, 1024, 54, 6144, 7168, listed, 2, 0, 3);
     run("pro GEMM2 T=8192, partial tiles", 48, 1024, 54, 7168, 3072, listed, 2, 0, 3);
     run("flash GEMM1 T=8192, partial tiles", 32, 1536, 66, 4096, 4096, listed, 2, 0, 3);
+    /* why partial tiles cost more than their share */
+    const int list_only[1] = {2};
+    run("small, partial tiles last", 3, 256, 40, 512, 448, list_only, 1, 1, 3, LIST_PARTIAL_LAST);
+    run("pro GEMM1 T=2048, partial tiles last", 48, 256, 27, 6144, 7168, list_only, 1, 0, 5, LIST_PARTIAL_LAST);
+    run("pro GEMM1 T=8192, partial tiles last", 48, 1024, 54, 6144, 7168, list_only, 1, 0, 3, LIST_PARTIAL_LAST);
+    run("pro GEMM1 T=2048, every tile 64 rows", 48, 256, 0, 6144, 7168, list_only, 1, 0, 5, LIST_HALF_ROWS);
+    run("pro GEMM1 T=8192, every tile 64 rows", 48, 1024, 0, 6144, 7168, list_only, 1, 0, 3, LIST_HALF_ROWS);
     run("dense 8192^3", 1, 8192, 0, 8192, 8192, uniform, 3, 0, 5);
     return 0;
 }
