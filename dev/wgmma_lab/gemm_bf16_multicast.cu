@@ -109,13 +109,19 @@ __device__ __forceinline__ void release_stage(uint64_t *empty, int lane, uint32_
     if (MC && lane == 1) mbar_arrive_cluster(empty, rank ^ 1u);
 }
 
+/* A tile-list entry's n0 with this bit: a wide tile, <= 64 rows x 512
+ * columns (two column blocks), each warpgroup on the same rows and its own
+ * 256 columns; a K step takes two ring slots (A and the first 256 weight
+ * rows in the first, the other 256 in the second's B). */
+#define WIDE_TILE (1 << 30)
+
 /* Tile i of the order (MC: pair i, this CTA's m tile of it): expert, first row, first column. */
 template <bool MC, bool LIST>
 __device__ __forceinline__ void tile_of(const lab_args &g, int i, int &row0, int &n0, int &valid, int &e)
 {
     if (LIST) {
         const int4 t = g.tiles[i];
-        row0 = t.x, valid = t.y, e = t.z, n0 = t.w;
+        row0 = t.x, valid = t.y, e = t.z, n0 = t.w & ~WIDE_TILE;
         return;
     }
     const int nb = g.N / BN, mt_e = g.M_e / BM, per_e = (MC ? mt_e / 2 : mt_e) * nb;
@@ -125,12 +131,53 @@ __device__ __forceinline__ void tile_of(const lab_args &g, int i, int &row0, int
     row0 = e * g.M_e + mt * BM, n0 = (li / m_units) * BN, valid = BM;
 }
 
+/* D fragment of a warp (rows r and r + 8 of the tile, those below valid)
+ * into C at columns n0 ..: per 8 columns j, d[4j], d[4j+1] at row r,
+ * d[4j+2..3] at row r + 8 (warp w of a warpgroup: rows 16 w .. 16 w + 15). */
+__device__ __forceinline__ void store_rows(const lab_args &g, const float *d, int row0, int r, int valid, int n0, int lane)
+{
+    __nv_bfloat16 *c0 = g.C + (size_t)(row0 + r) * g.N + n0 + 2 * (lane % 4), *c1 = c0 + (size_t)8 * g.N;
+    if (r < valid)
+#pragma unroll
+        for (int j = 0; j < 32; j++) *(__nv_bfloat162 *)(c0 + 8 * j) = __floats2bfloat162_rn(d[4 * j], d[4 * j + 1]);
+    if (r + 8 < valid)
+#pragma unroll
+        for (int j = 0; j < 32; j++) *(__nv_bfloat162 *)(c1 + 8 * j) = __floats2bfloat162_rn(d[4 * j + 2], d[4 * j + 3]);
+}
+
+/* A wide tile's K loop for warpgroup h: rows 0-63 of slot s0's A against the
+ * B of slot s0 (h = 0) or s1 (h = 1). Both warpgroups wait for both slots and
+ * free both (every slot's phase then counts all 8 warps, as the others). */
+template <bool ALL>
+__device__ __forceinline__ void wide_tile(const lab_args &g, smem_t &s, float *d, int h, int lane, int &kg, int n_k)
+{
+    for (int kt = 0; kt < n_k; kt++, kg += 2) {
+        const int s0 = kg % STAGES, s1 = (kg + 1) % STAGES;
+        mbar_wait_bounded(&s.full[s0], (kg / STAGES) & 1, WAIT_NS);
+        mbar_wait_bounded(&s.full[s1], ((kg + 1) / STAGES) & 1, WAIT_NS);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            wgmma_m64n256k16_bf16(d, smem_desc(&s.a[s0][0]) + 2 * kk, smem_desc(&s.b[h ? s1 : s0][0]) + 2 * kk,
+                                  (kt > 0 || kk > 0) ? 1 : 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0) {
+            release_stage<false, ALL>(&s.empty[(kg - 2) % STAGES], lane, 0u);
+            release_stage<false, ALL>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+        }
+    }
+    wgmma_wait<0>();
+    release_stage<false, ALL>(&s.empty[(kg - 2) % STAGES], lane, 0u);
+    release_stage<false, ALL>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+}
+
 /* MC: the cluster kernel (uniform experts only); ALL: every consumer thread
  * arrives on the empty barrier (the library's wg_mma_tile) instead of one
  * lane a warp; LIST: tiles from g.tiles (experts of any rows: the last tile
  * partial, a warpgroup with no valid row idle, as wg_mma_tile). */
 template <bool MC, bool ALL, bool LIST>
-__device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtensorMap *tb)
+__device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtensorMap *tb, const CUtensorMap *ta64)
 {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -152,6 +199,19 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
             for (int i = first; i < total; i += step) {
                 int row0, n0, valid, e;
                 tile_of<MC, LIST>(g, i, row0, n0, valid, e);
+                if (LIST && (g.tiles[i].w & WIDE_TILE)) {
+                    for (int kt = 0; kt < n_k; kt++, kg += 2) {
+                        const int s0 = kg % STAGES, s1 = (kg + 1) % STAGES;
+                        mbar_wait_bounded(&s.empty[s0], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
+                        mbar_expect_tx(&s.full[s0], (64 + BN) * BK * 2);
+                        tma_load_2d(s.a[s0], ta64, &s.full[s0], kt * BK, row0);
+                        tma_load_2d(s.b[s0], tb, &s.full[s0], kt * BK, e * g.N + n0);
+                        mbar_wait_bounded(&s.empty[s1], (((kg + 1) / STAGES) & 1) ^ 1, WAIT_NS);
+                        mbar_expect_tx(&s.full[s1], BN * BK * 2);
+                        tma_load_2d(s.b[s1], tb, &s.full[s1], kt * BK, e * g.N + n0 + BN);
+                    }
+                    continue;
+                }
                 for (int kt = 0; kt < n_k; kt++, kg++) {
                     const int st = kg % STAGES;
                     mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
@@ -171,8 +231,14 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
         for (int i = first; i < total; i += step) {
             int row0, n0, valid, e;
             tile_of<MC, LIST>(g, i, row0, n0, valid, e);
-            const bool idle = 64 * h >= valid;
             float d[128];
+            if (LIST && (g.tiles[i].w & WIDE_TILE)) {
+                wide_tile<ALL>(g, s, d, h, lane, kg, n_k);
+                const int r = 16 * warp + lane / 4;
+                store_rows(g, d, row0, r, valid, n0 + BN * h, lane);
+                continue;
+            }
+            const bool idle = 64 * h >= valid;
             for (int kt = 0; kt < n_k; kt++, kg++) {
                 const int st = kg % STAGES;
                 mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
@@ -191,15 +257,7 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
             release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
             /* D fragment: warp w holds rows 16 w .. 16 w + 15 of the warpgroup's
              * 64; per 8 columns j: d[4j], d[4j+1] at row lane/4, d[4j+2..3] 8 below */
-            const int r = 64 * h + 16 * warp + lane / 4;
-            __nv_bfloat16 *c0 = g.C + (size_t)(row0 + r) * g.N + n0 + 2 * (lane % 4), *c1 = c0 + (size_t)8 * g.N;
-            if (r < valid)
-#pragma unroll
-                for (int j = 0; j < 32; j++) *(__nv_bfloat162 *)(c0 + 8 * j) = __floats2bfloat162_rn(d[4 * j], d[4 * j + 1]);
-            if (r + 8 < valid)
-#pragma unroll
-                for (int j = 0; j < 32; j++)
-                    *(__nv_bfloat162 *)(c1 + 8 * j) = __floats2bfloat162_rn(d[4 * j + 2], d[4 * j + 3]);
+            store_rows(g, d, row0, 64 * h + 16 * warp + lane / 4, valid, n0, lane);
         }
     }
     if (MC) cluster_sync(); /* no CTA leaves while the peer's copies or arrivals may still reach it */
@@ -209,15 +267,16 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
 
 template <bool ALL, bool LIST>
 __global__ void __launch_bounds__(384, 1) gemm_plain(const lab_args g, const __grid_constant__ CUtensorMap ta,
-                                                     const __grid_constant__ CUtensorMap tb)
+                                                     const __grid_constant__ CUtensorMap tb,
+                                                     const __grid_constant__ CUtensorMap ta64)
 {
-    gemm_body<false, ALL, LIST>(g, &ta, &tb);
+    gemm_body<false, ALL, LIST>(g, &ta, &tb, &ta64);
 }
 
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_multicast(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb)
 {
-    gemm_body<true, false, false>(g, &ta, &tb);
+    gemm_body<true, false, false>(g, &ta, &tb, &ta);
 }
 
 /* C (fp32) of every row with its expert's weights (row_e[m]), naive, for the check. */
@@ -255,8 +314,11 @@ struct shape {
  * one moved after the full ones (does a partial tile cost the full tiles
  * running beside it?); every tile cut to its first 64 rows (one warpgroup a
  * tile: what a tile costs with one warpgroup idle; outputs of the other rows
- * unwritten, so timing only). */
-enum { LIST_SPLIT_ORDER = 0, LIST_PARTIAL_LAST = 1, LIST_HALF_ROWS = 2 };
+ * unwritten, so timing only); an expert's rows spread evenly over its tiles
+ * (the same tile count, every tile's warpgroups both busy where rows allow);
+ * an expert's last tile, where it holds <= 64 rows, as wide tiles of two
+ * column blocks each (WIDE_TILE: half as many, both warpgroups busy). */
+enum { LIST_SPLIT_ORDER = 0, LIST_PARTIAL_LAST = 1, LIST_HALF_ROWS = 2, LIST_BALANCED = 3, LIST_WIDE = 4 };
 
 static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIST_SPLIT_ORDER)
 {
@@ -269,9 +331,19 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
     size_t row0 = 0;
     for (int e = 0; e < E; e++) {
         const int mt = (rows_e[e] + BM - 1) / BM;
+        /* LIST_BALANCED: the expert's rows over its mt tiles evenly (rows a
+         * multiple of 8), so that no tile leaves a warpgroup idle */
+        const int step = form == LIST_BALANCED ? ((rows_e[e] + mt - 1) / mt + 7) / 8 * 8 : BM;
+        const int last = rows_e[e] - (mt - 1) * BM, wide = form == LIST_WIDE && last <= 64 && (N / BN) % 2 == 0;
         for (int nb = 0; nb < N / BN; nb++)
-            for (int m = 0; m < mt; m++)
-                ht[sh.n_tiles++] = make_int4((int)row0 + m * BM, rows_e[e] - m * BM < BM ? rows_e[e] - m * BM : BM, e, nb * BN);
+            for (int m = 0; m < mt; m++) {
+                const int left = rows_e[e] - m * step;
+                if (wide && m == mt - 1) { /* the last tile: column blocks nb and nb + 1 at once */
+                    if (nb % 2 == 0) ht[sh.n_tiles++] = make_int4((int)row0 + m * BM, last, e, (nb * BN) | WIDE_TILE);
+                    continue;
+                }
+                ht[sh.n_tiles++] = make_int4((int)row0 + m * step, left < step ? left : step, e, nb * BN);
+            }
         for (int r = 0; r < rows_e[e]; r++) hre[row0 + r] = e;
         row0 += rows_e[e];
     }
@@ -318,14 +390,15 @@ static unsigned *g_failed;
 static size_t g_smem;
 
 /* kernel k of the lab: 0 plain, 1 plain ALL, 2 LIST, 3 LIST ALL, 4 multicast */
-static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh)
+static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh,
+                   const CUtensorMap &ta64)
 {
     lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles};
     switch (k) {
-    case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
-    case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
-    case 2: gemm_plain<false, true><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
-    case 3: gemm_plain<true, true><<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
+    case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
+    case 2: gemm_plain<false, true><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
+    case 3: gemm_plain<true, true><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     default: gemm_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tbh); break;
     }
     CHECK(cudaGetLastError());
@@ -343,10 +416,11 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     CUtensorMap ta = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, BM, BK);
     CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
     CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
+    CUtensorMap ta64 = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 64, BK);
     printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles\n", name, E, sh.rows, M_e, jitter, N, K, sh.n_tiles);
     CHECK(cudaMemset(sh.C[0], 0xFF, sh.rows * N * 2)); /* NaN-poisoned */
     CHECK(cudaMemset(g_failed, 0, 4));
-    launch(ks[0], sh, 0, ta, tb, tbh);
+    launch(ks[0], sh, 0, ta, tb, tbh, ta64);
     CHECK(cudaDeviceSynchronize());
     uint16_t *h0 = fetch(sh, 0);
     size_t nan0 = 0;
@@ -372,7 +446,7 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     printf("  %s: NaN/unwritten %zu -> %s\n", kernel_name[ks[0]], nan0, nan0 ? "WRONG" : "OK");
     for (int j = 1; j < n; j++) {
         CHECK(cudaMemset(sh.C[1], 0xFF, sh.rows * N * 2));
-        launch(ks[j], sh, 1, ta, tb, tbh);
+        launch(ks[j], sh, 1, ta, tb, tbh, ta64);
         CHECK(cudaDeviceSynchronize());
         uint16_t *h1 = fetch(sh, 1);
         size_t diff = 0;
@@ -388,7 +462,7 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     const double flop = 2.0 * sh.rows * N * K;
     float t[5];
     for (int j = 0; j < n; j++) {
-        LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh));
+        LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64));
         printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f\n", kernel_name[ks[j]], t[j] * 1e3,
                flop / (t[j] * 1e-3) / 1e12, kernel_name[ks[0]], t[j] / t[0]);
     }
@@ -433,6 +507,15 @@ int main(void)
     run("small, partial tiles last", 3, 256, 40, 512, 448, list_only, 1, 1, 3, LIST_PARTIAL_LAST);
     run("pro GEMM1 T=2048, partial tiles last", 48, 256, 27, 6144, 7168, list_only, 1, 0, 5, LIST_PARTIAL_LAST);
     run("pro GEMM1 T=8192, partial tiles last", 48, 1024, 54, 6144, 7168, list_only, 1, 0, 3, LIST_PARTIAL_LAST);
+    run("small, balanced tiles", 3, 256, 40, 512, 448, list_only, 1, 1, 3, LIST_BALANCED);
+    run("small, wide last tiles", 3, 256, 40, 512, 448, listed, 2, 1, 3, LIST_WIDE);
+    run("pro GEMM1 T=2048, wide last tiles", 48, 256, 27, 6144, 7168, list_only, 1, 0, 5, LIST_WIDE);
+    run("pro GEMM2 T=2048, wide last tiles", 48, 256, 27, 7168, 3072, list_only, 1, 0, 5, LIST_WIDE);
+    run("pro GEMM1 T=8192, wide last tiles", 48, 1024, 54, 6144, 7168, list_only, 1, 0, 3, LIST_WIDE);
+    run("pro GEMM2 T=8192, wide last tiles", 48, 1024, 54, 7168, 3072, list_only, 1, 0, 3, LIST_WIDE);
+    run("pro GEMM1 T=2048, balanced tiles", 48, 256, 27, 6144, 7168, list_only, 1, 0, 5, LIST_BALANCED);
+    run("pro GEMM2 T=2048, balanced tiles", 48, 256, 27, 7168, 3072, list_only, 1, 0, 5, LIST_BALANCED);
+    run("pro GEMM1 T=8192, balanced tiles", 48, 1024, 54, 6144, 7168, list_only, 1, 0, 3, LIST_BALANCED);
     run("pro GEMM1 T=2048, every tile 64 rows", 48, 256, 0, 6144, 7168, list_only, 1, 0, 5, LIST_HALF_ROWS);
     run("pro GEMM1 T=8192, every tile 64 rows", 48, 1024, 0, 6144, 7168, list_only, 1, 0, 3, LIST_HALF_ROWS);
     run("dense 8192^3", 1, 8192, 0, 8192, 8192, uniform, 3, 0, 5);
