@@ -1,7 +1,10 @@
-/* Kernel lab: does a 2-CTA cluster that shares the weight tile by TMA
- * multicast make the bf16 grouped GEMM faster? (design.md: "The bf16 tile's
- * L2 traffic": the 128 x 256 tile reads each 256-column weight slice once
- * per 128 rows; ncu put split's bf16 GEMMs at 70-73 % of L2 throughput.)
+/* Kernel lab: what makes the bf16 grouped GEMM slower than its floor?
+ * First asked: does a 2-CTA cluster that shares the weight tile by TMA
+ * multicast make it faster (design.md: "The bf16 tile's L2 traffic"; ncu put
+ * split's bf16 GEMMs at 70-73 % of L2 throughput)? Measured: no, 1.36-1.66x
+ * slower; the partial tiles of experts with spread rows are what costs
+ * (docs/benchmarks.md, "The bf16 tile in the kernel lab"), so the tile
+ * lists below try fixes for them.
  *
  * Both kernels are persistent (one CTA per SM) and pipelined over their
  * tiles as split's wg_persistent: warpgroup 0's thread 0 issues TMA into a
@@ -20,11 +23,15 @@
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
  *              idle (as wg_mma_tile); also with the partial tiles moved
- *              last, and with every tile cut to 64 rows (one warpgroup).
- * E experts of M_e rows (a multiple of 256), C[e rows][N] bf16 =
+ *              last, with every tile cut to 64 rows (one warpgroup), with
+ *              an expert's rows spread evenly over its tiles (balanced),
+ *              and with an expert's last tile of <= 64 rows as wide tiles
+ *              (two column blocks, WIDE_TILE).
+ * E experts of M_e rows (uniform kernels: a multiple of 256), C[e rows][N] bf16 =
  * A[e rows][K] . B[e N][K]^T; A, B K-major bf16. Every wait bounded (1 s).
- * Checks: multicast against plain bit for bit (same wgmma chains: it must
- * be identical), plain against a naive fp32 GEMM (rel L2) on a small shape.
+ * Checks: every variant against the shape's first kernel bit for bit (same
+ * wgmma chains: they must be identical), that one against a naive fp32 GEMM
+ * (rel L2) on the small shapes; outputs NaN-poisoned before each run.
  * Build here (CI machine) or there:
  *   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I../../src -I../../include -o mc_lab gemm_bf16_multicast.cu -lcuda
  * Prints per shape: best-of-N time and TFLOP/s of each kernel and their ratio. */
