@@ -545,13 +545,21 @@ __device__ __forceinline__ const int32_t *gemm_dependency(const mega_shared *sh,
     return sh->ready + e;
 }
 
+/* mega_shared_offset of the register tile's modes: a constant (their tile's
+ * shared memory does not depend on the layer's dims). */
+template <int BM, int MODE>
+__host__ __device__ constexpr size_t mega_rs_shared_offset()
+{
+    return (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16;
+}
+
 /* The register tile's HOOK in this kernel (fr_no_hook: what and when). */
 template <int BM, int MODE>
 struct mega_tile_hook {
     static __device__ __forceinline__ mega_shared *shared()
     {
         extern __shared__ __align__(1024) uint8_t smem[];
-        return (mega_shared *)(smem + (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16); /* mega_shared_offset */
+        return (mega_shared *)(smem + mega_rs_shared_offset<BM, MODE>());
     }
     static __device__ __forceinline__ void claimed(int item)
     {
@@ -598,14 +606,11 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
     const mega_ctx c = ctx_of(a, sh);
+    if constexpr (MODE_RS(MODE))
+        if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
     if constexpr (MEGA_DEFERS(MODE)) { /* the counter is raised later (release_pending), the item's writes drained by then */
-        if (threadIdx.x == 0) {
-            sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
-            sh->pending = FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt];
-        }
+        if (threadIdx.x == 0) sh->pending = FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt];
     } else {
-        if constexpr (MODE_RS(MODE))
-            if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
         block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
     }
     return true;
@@ -1208,7 +1213,7 @@ __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split
 {
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
     if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
-    else if constexpr (MODE_RS(MODE)) return (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16;
+    else if constexpr (MODE_RS(MODE)) return mega_rs_shared_offset<BM, MODE>();
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
 
