@@ -297,15 +297,6 @@ __global__ void gemm_naive(const __nv_bfloat16 *A, const __nv_bfloat16 *B, const
     C[(size_t)m * N + n] = acc;
 }
 
-__global__ void fill_random(__nv_bfloat16 *x, size_t n, uint32_t seed)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 16, h *= 0x7feb352d, h ^= h >> 15, h *= 0x846ca68b, h ^= h >> 16;
-        x[i] = __float2bfloat16(((float)(h & 0xFFFF) / 65536.0f - 0.5f) * 2.0f);
-    }
-}
-
 /* One shape's buffers: rows of every expert (rows_e), A over them (+ a tile
  * of padding), B, two NaN-poisoned outputs, the tile list in split's order
  * (an expert's tiles column block by column block). */
@@ -372,8 +363,8 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
     CHECK(cudaMalloc(&sh.row_e, sizeof(int) * sh.rows));
     CHECK(cudaMemcpy(sh.tiles, ht, sizeof(int4) * sh.n_tiles, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(sh.row_e, hre, sizeof(int) * sh.rows, cudaMemcpyHostToDevice));
-    fill_random<<<1024, 256>>>(sh.A, (sh.rows + BM) * K, 1234u + M_e);
-    fill_random<<<4096, 256>>>(sh.B, (size_t)E * N * K, 777u + N);
+    lab_fill_bf16<<<1024, 256>>>(sh.A, (sh.rows + BM) * K, 1234u + M_e);
+    lab_fill_bf16<<<4096, 256>>>(sh.B, (size_t)E * N * K, 777u + N);
     CHECK(cudaDeviceSynchronize());
     free(rows_e), free(ht), free(hre);
     return sh;

@@ -124,15 +124,6 @@ __global__ void gemm_mma_sync(const __nv_bfloat16 *A, const __nv_bfloat16 *B, fl
     C[(size_t)(r + 8) * N + cc] = c[2], C[(size_t)(r + 8) * N + cc + 1] = c[3];
 }
 
-__global__ void fill_random(__nv_bfloat16 *x, size_t n, uint32_t seed)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16, h *= 0x7feb352d, h ^= h >> 15, h *= 0x846ca68b, h ^= h >> 16;
-    x[i] = __float2bfloat16(((float)(h & 0xFFFF) / 65536.0f - 0.5f) * 2.0f);
-}
-
 static void run(int M, int N, int K, int check, int iters)
 {
     __nv_bfloat16 *A, *B;
@@ -140,8 +131,8 @@ static void run(int M, int N, int K, int check, int iters)
     CHECK(cudaMalloc(&A, (size_t)M * K * 2));
     CHECK(cudaMalloc(&B, (size_t)N * K * 2));
     CHECK(cudaMalloc(&C, (size_t)M * N * 4));
-    fill_random<<<(unsigned)(((size_t)M * K + 255) / 256), 256>>>(A, (size_t)M * K, 1234u + M);
-    fill_random<<<(unsigned)(((size_t)N * K + 255) / 256), 256>>>(B, (size_t)N * K, 777u + N);
+    lab_fill_bf16<<<(unsigned)(((size_t)M * K + 255) / 256), 256>>>(A, (size_t)M * K, 1234u + M);
+    lab_fill_bf16<<<(unsigned)(((size_t)N * K + 255) / 256), 256>>>(B, (size_t)N * K, 777u + N);
     CHECK(cudaMemset(C, 0xFF, (size_t)M * N * 4));
     CUtensorMap ta = lab_make_map(A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, K, BM, BK);
     CUtensorMap tb = lab_make_map(B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, N, K, BN, BK);

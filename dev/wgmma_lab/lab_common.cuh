@@ -4,6 +4,7 @@
 #define MOE_EP_LAB_COMMON_CUH
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -45,6 +46,17 @@ static CUtensorMap lab_make_map(void *base, CUtensorMapDataType type, int elem_b
         exit(1);
     }
     return m;
+}
+
+/* x[i] = a bf16 in [-1, 1) hashed from (i, seed), any grid (grid-stride):
+ * fresh inputs for the bf16 labs, the same values whatever the launch. */
+__global__ void lab_fill_bf16(__nv_bfloat16 *x, size_t n, uint32_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 16, h *= 0x7feb352d, h ^= h >> 15, h *= 0x846ca68b, h ^= h >> 16;
+        x[i] = __float2bfloat16(((float)(h & 0xFFFF) / 65536.0f - 0.5f) * 2.0f);
+    }
 }
 
 /* Buffers of the rate labs (rs_rate.cu, rs_block.cu): one cycle count per
