@@ -509,6 +509,17 @@ __device__ __forceinline__ void gemm_item_tile(const mega_ctx &c, int E, int n, 
     }
 }
 
+/* The row step of expert e's bf16 tiles (MODE_WGMMA; tile mt: rows off[e] +
+ * (mt - tile_off[e]) * step, at most step of them): the rows spread evenly
+ * over the expert's m tiles, as split's (wg_tile_step). GEMM1, GEMM2, the
+ * row and the combine items all map rows to tiles so. The other modes step
+ * by BM, written out where used: this helper there, even when it returned
+ * BM, moved ptxas into C7511 at QG_RS 128 (thirtieth session). */
+__device__ __forceinline__ int mega_spread_step(const mega_ctx &c, int e)
+{
+    return wg_tile_step(c.off[e + 1] - c.off[e], c.tile_off[e + 1] - c.tile_off[e]);
+}
+
 /* ---- The register tile's item protocol ----------------------------------
  * A GEMM item's done counter is raised (release_pending) not at the item's
  * end, where the fence waits ~1 us for the epilogue's stores to drain, but
@@ -587,8 +598,12 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
                   (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                          : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
         if (!ok) return false;
-        row0 = c.off[e] + (mt - c.tile_off[e]) * BM; /* after the wait: nothing more held across it */
-        rows_valid = min(BM, c.off[e + 1] - row0);
+        if constexpr (MODE == MODE_WGMMA) { /* after the wait: nothing more held across it */
+            const int step = mega_spread_step(c, e);
+            row0 = c.off[e] + (mt - c.tile_off[e]) * step, rows_valid = min(step, c.off[e + 1] - row0);
+        } else {
+            row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+        }
         MEGA_TRACE_MARK(sh);
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }
@@ -670,7 +685,8 @@ __device__ __forceinline__ void run_claim(const mega_params &p, mega_shared *sh,
         const bool ok = gemm == 1 ? spin_until(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                                   : spin_until(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
         if (!ok) gemm = 0, item = -1;
-        row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+        const int step = mega_spread_step(c, e); /* a bf16 run: MODE_WGMMA */
+        row0 = c.off[e] + (mt - c.tile_off[e]) * step, rows_valid = min(step, c.off[e + 1] - row0);
     }
     mbar_wait_bounded(&sh->run_empty[q & 1], ((q >> 1) & 1) ^ 1, a.d.tile_wait_ns);
     int32_t *dq = sh->run_q[q & 1];
@@ -932,7 +948,7 @@ __device__ void combine_staged(const moe_ep_mega_args_t &a, const mega_staging &
 
 /* Combine item: tokens [g * cpi, ...) once the GEMM2 tiles of their rows are
  * done; staged (st.stages > 0) or register-fed. */
-template <int BM>
+template <int BM, bool SPREAD>
 __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
 {
     const mega_ctx c = ctx_of(a, sh);
@@ -942,7 +958,7 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &s
     group_slots(a, c, sh, first, count);
     __syncthreads();
     if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
-        int e = c.expert_s[threadIdx.x], mt = c.tile_off[e] + (c.rows_s[threadIdx.x] - c.off[e]) / BM;
+        int e = c.expert_s[threadIdx.x], mt = c.tile_off[e] + (c.rows_s[threadIdx.x] - c.off[e]) / (SPREAD ? mega_spread_step(c, e) : BM);
         ok = spin_until(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt);
     }
     if (!__syncthreads_and(ok)) return false;
@@ -1103,7 +1119,7 @@ __device__ __forceinline__ void copy_out(uint8_t *dst, const uint8_t *src, int64
 
 /* Row item of m tile mt: once its GEMM2 tiles are done, each row goes to its
  * token's rank (slot t * K + k there), then that token's row counter moves. */
-template <int BM>
+template <int BM, bool SPREAD>
 __device__ bool rows_item(const moe_ep_mega_args_t &a, mega_shared *sh, int mt)
 {
     const mega_ctx c = ctx_of(a, sh);
@@ -1111,8 +1127,9 @@ __device__ bool rows_item(const moe_ep_mega_args_t &a, mega_shared *sh, int mt)
     const moe_ep_mega_link_t &l = a.link;
     if (!block_wait(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt)) return false;
     int e = tile_expert(c.tile_off, d.E, mt);
-    int64_t row0 = c.off[e] + (int64_t)(mt - c.tile_off[e]) * BM;
-    int n = (int)min((int64_t)BM, (int64_t)c.off[e + 1] - row0);
+    const int step = SPREAD ? mega_spread_step(c, e) : BM;
+    int64_t row0 = c.off[e] + (int64_t)(mt - c.tile_off[e]) * step;
+    int n = (int)min((int64_t)step, (int64_t)c.off[e + 1] - row0);
     moe_ep_format_t yf = moe_ep_wire_format(d.wire);
     int64_t yd = moe_ep_row_data_bytes(yf, d.H), ys = moe_ep_row_scale_bytes(yf, d.H), per_rank = (int64_t)d.T_max * d.K;
     for (int j = 0; j < n; j++) {
@@ -1305,12 +1322,12 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
             ok = gemm_item<BM, MODE, SB, false>(p, sh, smem, i);
         } else if ((i -= n_g2) < n_rows) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_ROWS);
-            ok = rows_item<BM>(a, sh, i);
+            ok = rows_item<BM, MODE == MODE_WGMMA>(a, sh, i);
         } else if ((i -= n_rows) >= sh->n_combine) {
             ok = false;
         } else {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_COMBINE);
-            ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM>(a, p.ys, sh, i);
+            ok = a.link.world ? combine_link_group(a, sh, i) : combine_group<BM, MODE == MODE_WGMMA>(a, p.ys, sh, i);
         }
         if (!ok) break;
     }

@@ -33,6 +33,14 @@ __device__ __forceinline__ void tile_wait(const gemm_args &g, uint64_t *b, int p
 #define WG_STAGES 4
 #define WG_THREADS 384
 
+/* The bf16 tiles' row step: an expert's `rows` spread evenly over its
+ * m_e = ceil(rows / WG_BM) m tiles (tile i: rows [i * step, +step)), not
+ * 128, 128, ..., remainder, so that an expert's last tile keeps both consumer
+ * warpgroups busy (kernel lab, pro T = 2048: the GEMMs 0.84x as long). Each
+ * output row is the same wgmma chain whatever tile holds it: bits unchanged.
+ * step <= WG_BM, and the last tile keeps >= 1 row. */
+__host__ __device__ __forceinline__ int wg_tile_step(int rows, int m_e) { return (rows + m_e - 1) / m_e; }
+
 struct wg_smem {
     __nv_bfloat16 a[WG_STAGES][WG_BM * WG_BK]; /* 16 KB per stage, 1024-byte aligned */
     __nv_bfloat16 b[WG_STAGES][WG_BN * WG_BK]; /* 32 KB per stage */
