@@ -34,8 +34,9 @@ STAGE_TARGET = 1.3
 LIMITS = {
     ('bf16', 'decode'): 'weights streamed below the copy bandwidth by the 128-row HGMMA tile '
                         '["bf16 on the wgmma tile at every T"]',
-    ('bf16', 'above'): 'L2 throughput: the bf16 tile reads each 256-column weight slice once per '
-                       '128 rows, 70-73 % of L2 throughput ["The bf16 GEMM bound by L2"]',
+    ('bf16', 'above'): 'partial tiles: each expert\'s last m tile streams a whole 256-column weight '
+                       'slice for its rows (kernel lab: 1.21-1.41x the time of whole tiles), then L2 '
+                       'throughput (70-73 %) ["The bf16 tile in the kernel lab", "Spread rows"]',
     ('fp8_block', 'decode'): 'instructions: the producer widens E4M3 to fp16 and the consumers '
                              'promote per 128 K on 3 warps per scheduler (0.38 IPC; weights at '
                              '2.5 TB/s, not HBM-bound) ["Decode on the register tile"]',
