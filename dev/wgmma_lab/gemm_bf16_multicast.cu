@@ -19,6 +19,9 @@
  *              free again once the consumers of both CTAs are done with it:
  *              each consumer warp arrives on its own CTA's empty barrier
  *              and on the peer's (count 16 = 8 warps x 2 CTAs).
+ *   pair, no multicast / plain in clusters: the multicast kernel's parts
+ *              apart (not run yet): its pair protocol with each CTA loading
+ *              the whole B itself; the plain kernel launched in 2-CTA clusters.
  *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
@@ -179,11 +182,13 @@ __device__ __forceinline__ void wide_tile(const lab_args &g, smem_t &s, float *d
     release_stage<false, ALL>(&s.empty[(kg - 1) % STAGES], lane, 0u);
 }
 
-/* MC: the cluster kernel (uniform experts only); ALL: every consumer thread
+/* MC: the cluster kernel (uniform experts only; MCAST: B by multicast, else
+ * each CTA loads the whole B box itself, the pair still in lockstep through
+ * the cross-CTA empty arrivals); ALL: every consumer thread
  * arrives on the empty barrier (the library's wg_mma_tile) instead of one
  * lane a warp; LIST: tiles from g.tiles (experts of any rows: the last tile
  * partial, a warpgroup with no valid row idle, as wg_mma_tile). */
-template <bool MC, bool ALL, bool LIST>
+template <bool MC, bool ALL, bool LIST, bool MCAST = MC>
 __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtensorMap *tb, const CUtensorMap *ta64)
 {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -224,7 +229,7 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
                     mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
                     mbar_expect_tx(&s.full[st], (BM + BN) * BK * 2); /* A + the whole B, both halves */
                     tma_load_2d(s.a[st], ta, &s.full[st], kt * BK, row0);
-                    if (MC)
+                    if (MC && MCAST)
                         tma_load_2d_multicast(&s.b[st][128 * rank * BK], tb, &s.full[st], kt * BK,
                                               e * g.N + n0 + 128 * (int)rank, (uint16_t)3);
                     else tma_load_2d(s.b[st], tb, &s.full[st], kt * BK, e * g.N + n0);
@@ -284,6 +289,21 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_multicast(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb)
 {
     gemm_body<true, false, false>(g, &ta, &tb, &ta);
+}
+
+/* The multicast kernel's parts apart (what costs it 1.36-1.66x?): the pair's
+ * protocol with every CTA loading its whole B (tb: the 256-row box), and
+ * the plain kernel launched in 2-CTA clusters (the clusters' placement). */
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_pair_no_multicast(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<true, false, false, false>(g, &ta, &tb, &ta);
+}
+
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_plain_in_clusters(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<false, false, false>(g, &ta, &tb, &ta);
 }
 
 /* C (fp32) of every row with its expert's weights (row_e[m]), naive, for the check. */
@@ -387,7 +407,8 @@ static int g_sms, g_grid_mc;
 static unsigned *g_failed;
 static size_t g_smem;
 
-/* kernel k of the lab: 0 plain, 1 plain ALL, 2 LIST, 3 LIST ALL, 4 multicast */
+/* kernel k of the lab: 0 plain, 1 plain ALL, 2 LIST, 3 LIST ALL, 4 multicast,
+ * 5 the pair without multicast, 6 plain in clusters */
 static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh,
                    const CUtensorMap &ta64)
 {
@@ -397,13 +418,15 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
     case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 2: gemm_plain<false, true><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 3: gemm_plain<true, true><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
-    default: gemm_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tbh); break;
+    case 4: gemm_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tbh); break;
+    case 5: gemm_pair_no_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tb); break;
+    default: gemm_plain_in_clusters<<<g_grid_mc, 384, g_smem>>>(g, ta, tb); break;
     }
     CHECK(cudaGetLastError());
 }
 
-static const char *kernel_name[5] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
-                                     "multicast"};
+static const char *kernel_name[7] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
+                                     "multicast", "pair, no multicast", "plain in clusters"};
 
 /* Kernels ks[0..n) on one shape: outputs against kernel ks[0]'s bit for bit
  * (and ks[0] against the naive GEMM when check), then best-of-iters times. */
@@ -458,7 +481,7 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     CHECK(cudaMemcpy(&hf, g_failed, 4, cudaMemcpyDeviceToHost));
     if (hf) printf("  WRONG: %u blocks had a wait give up\n", hf);
     const double flop = 2.0 * sh.rows * N * K;
-    float t[5];
+    float t[8];
     for (int j = 0; j < n; j++) {
         LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64));
         printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f\n", kernel_name[ks[j]], t[j] * 1e3,
@@ -477,6 +500,8 @@ int main(void)
     CHECK(cudaFuncSetAttribute(gemm_plain<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_plain<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_multicast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_pair_no_multicast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_plain_in_clusters, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     /* pairs of SMs in one GPC: fewer than sms / 2 may be resident at once,
      * and a persistent grid must not wait for a second wave */
     cudaLaunchConfig_t cfg = {};
@@ -488,15 +513,15 @@ int main(void)
     CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)gemm_multicast, &cfg));
     g_grid_mc = 2 * (clusters < g_sms / 2 ? clusters : g_sms / 2);
     printf("%d SMs, %d 2-CTA clusters resident at once: multicast grid %d\n", g_sms, clusters, g_grid_mc);
-    const int uniform[3] = {0, 1, 4}, listed[2] = {2, 3}, same[2] = {0, 2};
-    run("small", 2, 256, 0, 512, 512, uniform, 3, 1, 3);
+    const int uniform[5] = {0, 1, 4, 5, 6}, listed[2] = {2, 3}, same[2] = {0, 2};
+    run("small", 2, 256, 0, 512, 512, uniform, 5, 1, 3);
     run("small, the list", 2, 256, 0, 512, 512, same, 2, 0, 3);
     run("small, partial tiles", 3, 256, 40, 512, 448, listed, 2, 1, 3);
     /* EP8 slices (../../../shared/geometries.md): rows per expert = T * 6 / experts */
-    run("pro GEMM1 T=2048", 48, 256, 0, 6144, 7168, uniform, 3, 0, 5);
+    run("pro GEMM1 T=2048", 48, 256, 0, 6144, 7168, uniform, 5, 0, 5);
     run("pro GEMM1 T=2048, partial tiles", 48, 256, 27, 6144, 7168, listed, 2, 0, 5);
     run("pro GEMM2 T=2048, partial tiles", 48, 256, 27, 7168, 3072, listed, 2, 0, 5);
-    run("pro GEMM1 T=8192", 48, 1024, 0, 6144, 7168, uniform, 3, 0, 3);
+    run("pro GEMM1 T=8192", 48, 1024, 0, 6144, 7168, uniform, 5, 0, 3);
     run("pro GEMM1 T=8192, partial tiles", 48, 1024, 54, 6144, 7168, listed, 2, 0, 3);
     run("pro GEMM2 T=8192, partial tiles", 48, 1024, 54, 7168, 3072, listed, 2, 0, 3);
     run("flash GEMM1 T=8192, partial tiles", 32, 1536, 66, 4096, 4096, listed, 2, 0, 3);
@@ -516,6 +541,6 @@ int main(void)
     run("pro GEMM1 T=8192, balanced tiles", 48, 1024, 54, 6144, 7168, list_only, 1, 0, 3, LIST_BALANCED);
     run("pro GEMM1 T=2048, every tile 64 rows", 48, 256, 0, 6144, 7168, list_only, 1, 0, 5, LIST_HALF_ROWS);
     run("pro GEMM1 T=8192, every tile 64 rows", 48, 1024, 0, 6144, 7168, list_only, 1, 0, 3, LIST_HALF_ROWS);
-    run("dense 8192^3", 1, 8192, 0, 8192, 8192, uniform, 3, 0, 5);
+    run("dense 8192^3", 1, 8192, 0, 8192, 8192, uniform, 5, 0, 5);
     return 0;
 }
