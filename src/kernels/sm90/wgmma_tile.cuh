@@ -36,7 +36,9 @@ __device__ __forceinline__ void tile_wait(const gemm_args &g, uint64_t *b, int p
 /* The bf16 tiles' row step: an expert's `rows` spread evenly over its
  * m_e = ceil(rows / WG_BM) m tiles (tile i: rows [i * step, +step)), not
  * 128, 128, ..., remainder, so that an expert's last tile keeps both consumer
- * warpgroups busy (kernel lab, pro T = 2048: the GEMMs 0.84x as long). Each
+ * warpgroups busy and the tiles of split's static tile loop even (bf16
+ * split stage 0.88-0.98x as long at T >= 2048; mega, claiming items
+ * dynamically, within +-2.5 %: docs/benchmarks.md, thirtieth session). Each
  * output row is the same wgmma chain whatever tile holds it: bits unchanged.
  * step <= WG_BM, and the last tile keeps >= 1 row. */
 __host__ __device__ __forceinline__ int wg_tile_step(int rows, int m_e) { return (rows + m_e - 1) / m_e; }
