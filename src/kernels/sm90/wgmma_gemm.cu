@@ -47,7 +47,8 @@ __device__ __forceinline__ tile_pos tile_pos_of(const gemm_args &g, int tile, in
     p.e = tile_expert(g.tile_offset, g.E, tile / n_tiles); /* an expert's tiles are contiguous */
     tile_of<KIND>(g, tile, n_tiles, p.e, mt, p.n0);
     int step = tile_shape<KIND>::BM;
-    if (KIND == TILE_BF16) /* the expert's rows spread evenly over its m tiles */
+    if (KIND == TILE_BF16) /* the expert's rows spread evenly over its m tiles (bf16 only: the register
+                            * tiles size their wgmma by valid rows and were not measured spread) */
         step = wg_tile_step(g.expert_offset[p.e + 1] - g.expert_offset[p.e], g.tile_offset[p.e + 1] - g.tile_offset[p.e]);
     p.row0 = g.expert_offset[p.e] + (int64_t)(mt - g.tile_offset[p.e]) * step;
     p.rows_valid = (int)min((int64_t)step, (int64_t)g.expert_offset[p.e + 1] - p.row0);
