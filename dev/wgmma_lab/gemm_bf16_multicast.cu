@@ -20,8 +20,23 @@
  *              each consumer warp arrives on its own CTA's empty barrier
  *              and on the peer's (count 16 = 8 warps x 2 CTAs).
  *   pair, no multicast / plain in clusters: the multicast kernel's parts
- *              apart (not run yet): its pair protocol with each CTA loading
- *              the whole B itself; the plain kernel launched in 2-CTA clusters.
+ *              apart: its pair protocol with each CTA loading the whole B
+ *              itself; the plain kernel launched in 2-CTA clusters. Found
+ *              (thirty-first session): the peer arrival's explicit
+ *              .release.cluster was a MEMBAR.ALL.GPU a warp a stage, the
+ *              whole 1.4-1.8x; with the default semantics the pair runs at
+ *              1.00 and multicast at 0.99-1.00 of plain (L2 does not bind).
+ *   pair list: the balanced tile list in 2-CTA pairs sharing B (an
+ *              expert's m tiles 2 p, 2 p + 1) or A (an odd last m tile over
+ *              column blocks nb, nb + 1) by multicast: 0.98-0.99.
+ *   swapped:   tiles of 128 weight rows x <= 256 tokens, the tokens as the
+ *              wgmma's N (a multiple of 16) -- see gemm_swap.
+ *   swapped in place: the tile list's own tiles and loads with the tokens
+ *              as N (valid rows rounded up to 8), two m64 blocks of weight
+ *              rows a warpgroup: 0.89-0.92 at T = 2048 (bit-equal outputs);
+ *              1.06-1.13 at pro GEMM1 T = 8192 (not understood).
+ *   claimed:   tiles claimed from an atomic counter (as mega), not block +
+ *              k x grid.
  *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
@@ -41,6 +56,7 @@
 #include "../../src/kernels/sm90/hopper.cuh" /* mbarrier, TMA, descriptors, wgmma */
 
 #include "lab_common.cuh"
+#include "../../src/kernels/sm90/wgmma_bf16_n.cuh" /* the swapped tiles' m64nNk16, N = 8 .. 256 */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -59,6 +75,8 @@ struct smem_t {
     __nv_bfloat16 a[STAGES][BM * BK]; /* 16 KB each, 1024-aligned */
     __nv_bfloat16 b[STAGES][BN * BK]; /* 32 KB each; multicast: rows [128 r, 128 r + 128) from CTA r */
     uint64_t full[STAGES], empty[STAGES];
+    uint64_t qf[2], qe[2]; /* DYN: the claimed tile's queue, producer thread -> consumers */
+    int q[2];
 };
 
 struct lab_args {
@@ -67,6 +85,11 @@ struct lab_args {
     unsigned *failed;  /* a wait gave up somewhere */
     const int4 *tiles; /* LIST: every tile's (row0, valid rows, expert, n0) in split's order */
     int n_tiles;
+    const int4 *pairs; /* the pair list: pair i is CTA 0's tile 2 i and CTA 1's 2 i + 1 (n0 | SHARE_A) */
+    int n_pairs;
+    const int4 *swap; /* the swapped tiles: (row0, tokens nt <= 256, expert, n0: 128 weight rows) */
+    int n_swap;
+    unsigned *counter; /* DYN: the next tile to claim, zeroed before each launch */
 };
 
 __device__ __forceinline__ uint32_t cluster_rank()
@@ -96,11 +119,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorM
                  : "memory");
 }
 
-/* One arrival on the barrier at b's offset in CTA `rank` of the cluster. */
+/* One arrival on the barrier at b's offset in CTA `rank` of the cluster.
+ * The default semantics (release at CTA scope): the stage's reads were
+ * wgmma's, already waited for. An explicit .release.cluster put a
+ * MEMBAR.ALL.GPU before every arrival (SASS), the pair kernels' 1.4-1.8x. */
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank)
 {
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(b)),
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(b)),
                  "r"(rank)
                  : "memory");
 }
@@ -125,13 +151,21 @@ __device__ __forceinline__ void release_stage(uint64_t *empty, int lane, uint32_
  * rows in the first, the other 256 in the second's B). */
 #define WIDE_TILE (1 << 30)
 
+/* A pair-list entry's n0 with this bit: the pair shares A (the same rows,
+ * column blocks n0 and n0 + 256; each CTA loads 64 of the 128 A rows,
+ * multicast to both, and its own whole B). Without it the pair shares B
+ * (one expert's two m tiles of one column block; each CTA loads its own A
+ * and 128 of the 256 B rows, multicast). Either way 32 KB a stage from L2
+ * a CTA (A shared: 8 + 32 = 40), not 48. */
+#define SHARE_A (1 << 29)
+
 /* Tile i of the order (MC: pair i, this CTA's m tile of it): expert, first row, first column. */
 template <bool MC, bool LIST>
 __device__ __forceinline__ void tile_of(const lab_args &g, int i, int &row0, int &n0, int &valid, int &e)
 {
     if (LIST) {
-        const int4 t = g.tiles[i];
-        row0 = t.x, valid = t.y, e = t.z, n0 = t.w & ~WIDE_TILE;
+        const int4 t = MC ? g.pairs[2 * i + (int)cluster_rank()] : g.tiles[i];
+        row0 = t.x, valid = t.y, e = t.z, n0 = t.w & ~(WIDE_TILE | SHARE_A);
         return;
     }
     const int nb = g.N / BN, mt_e = g.M_e / BM, per_e = (MC ? mt_e / 2 : mt_e) * nb;
@@ -182,24 +216,151 @@ __device__ __forceinline__ void wide_tile(const lab_args &g, smem_t &s, float *d
     release_stage<false, ALL>(&s.empty[(kg - 1) % STAGES], lane, 0u);
 }
 
-/* MC: the cluster kernel (uniform experts only; MCAST: B by multicast, else
+/* The swapped tile (kernel 8): C^T = B . A^T per tile, so the tokens are the
+ * wgmma's N, which PTX lets be any multiple of 8 (here of 16), not its M
+ * (64 rows a warpgroup). A tile is 128 weight rows (output columns n0 ..
+ * n0 + 127, 64 a warpgroup) x nt <= 256 tokens of one expert, computed as
+ * nw = nt rounded up to 16: an expert of 270 rows takes 2 x 144 token slots
+ * where the 128-row tiles take 3 x 128 (spread) with the weight slice
+ * streamed for each. A stage: W 128 x 64 (s.a, 16 KB) and X nw x 64 (s.b,
+ * nw x 128 B, by TMA boxes of 128 / 64 / 32 / 16 rows). The accumulator of
+ * m64nNk16: d[4 j .. 4 j + 3] = weight rows r (= 16 w + lane / 4), r + 8 x
+ * tokens 8 j + 2 (lane % 4) + {0, 1}, whatever N. */
+template <int NW>
+__device__ __forceinline__ void swap_k_loop(smem_t &s, float *d, int h, int lane, int &kg, int n_k)
+{
+    for (int kt = 0; kt < n_k; kt++, kg++) {
+        const int st = kg % STAGES;
+        mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            wgmma_bf16_n<NW>(d, smem_desc(&s.a[st][64 * h * BK]) + 2 * kk, smem_desc(&s.b[st][0]) + 2 * kk,
+                             (kt > 0 || kk > 0) ? 1 : 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0) release_stage<false, false>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+    }
+    wgmma_wait<0>();
+    release_stage<false, false>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+}
+
+/* The K loop of width nw (a multiple of 16, <= 256): one instance a width. */
+__device__ __forceinline__ void swap_k_loop_n(int nw, smem_t &s, float *d, int h, int lane, int &kg, int n_k)
+{
+#define SWAP_WIDTH(i) \
+    case i: swap_k_loop<16 * i>(s, d, h, lane, kg, n_k); break;
+    switch (nw / 16) {
+        SWAP_WIDTH(1) SWAP_WIDTH(2) SWAP_WIDTH(3) SWAP_WIDTH(4) SWAP_WIDTH(5) SWAP_WIDTH(6) SWAP_WIDTH(7) SWAP_WIDTH(8)
+        SWAP_WIDTH(9) SWAP_WIDTH(10) SWAP_WIDTH(11) SWAP_WIDTH(12) SWAP_WIDTH(13) SWAP_WIDTH(14) SWAP_WIDTH(15)
+        SWAP_WIDTH(16)
+    }
+#undef SWAP_WIDTH
+}
+
+/* An m64 block's D (NJ 8-token blocks) into C[row0 + token][col0 + its weight row], tokens < nt.
+ * Lanes L and L ^ 4 hold adjacent weight rows (r even, r + 1) of the same
+ * tokens, so one shuffle a value pair gives each a bf16x2 of two columns:
+ * the even lane token c, the odd one c + 1. */
+template <int NJ>
+__device__ __forceinline__ void store_swapped(const lab_args &g, const float *d, int row0, int nt, int nw, int col0,
+                                              int warp, int lane)
+{
+    const bool odd = (lane / 4) & 1;
+    const int col = col0 + ((16 * warp + lane / 4) & ~1); /* col0: the m64 block's first weight row */
+#pragma unroll
+    for (int j = 0; j < NJ; j++) { /* tokens past nw: never < nt (no break on nw: it put ptxas into C7511) */
+#pragma unroll
+        for (int q = 0; q < 2; q++) { /* rows r, r + 8 */
+            const float a = d[4 * j + 2 * q], b = d[4 * j + 2 * q + 1]; /* tokens c0, c0 + 1 */
+            const float got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 4);
+            const int c = 8 * j + 2 * (lane % 4) + (odd ? 1 : 0);
+            if (c < nt)
+                *(__nv_bfloat162 *)(g.C + (size_t)(row0 + c) * g.N + col + 8 * q) =
+                    odd ? __floats2bfloat162_rn(got, b) : __floats2bfloat162_rn(a, got);
+        }
+    }
+}
+
+
+/* The tile list's tiles swapped in place (kernel 9): the same tiles, order
+ * and loads (X: 128 token rows x 64 in s.a, W: 256 weight rows x 64 in s.b),
+ * with the tokens as the wgmma's N = nw = valid rows rounded up to 8 (<= 128):
+ * warpgroup h takes the m64 blocks of W rows 64 h .. and 128 + 64 h .. (so
+ * that the library's gate / up columns j, j + 128 meet in one thread), d[0..63]
+ * and d[64..127]. A tile of 90 rows costs 96 / 128 of a whole one, not 1. */
+template <int NW>
+__device__ __forceinline__ void swapin_k_loop(smem_t &s, float *d, int h, int lane, int &kg, int n_k)
+{
+    for (int kt = 0; kt < n_k; kt++, kg++) {
+        const int st = kg % STAGES;
+        mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
+        wgmma_fence();
+        const uint32_t x = (uint32_t)smem_desc(&s.a[st][0]), w0 = (uint32_t)smem_desc(&s.b[st][64 * h * BK]),
+                       w1 = (uint32_t)smem_desc(&s.b[st][(128 + 64 * h) * BK]);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            wgmma_bf16_n_lo<NW>(d, w0, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_bf16_n_lo<NW>(d + 64, w1, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0) release_stage<false, false>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+    }
+    wgmma_wait<0>();
+    release_stage<false, false>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+}
+
+/* A whole swapped-in-place tile of width NW: its K loop, then its stores
+ * (NW / 8 token blocks: the accumulators never flow out of the instance;
+ * with one store after a switch over the K loops ptxas serialised the
+ * wgmmas, C7511). */
+template <int NW>
+__device__ __forceinline__ void swapin_tile(const lab_args &g, smem_t &s, int h, int warp, int lane, int &kg, int n_k,
+                                            int row0, int valid, int n0)
+{
+    float d[128];
+    swapin_k_loop<NW>(s, d, h, lane, kg, n_k);
+    store_swapped<NW / 8>(g, d, row0, valid, NW, n0 + 64 * h, warp, lane);
+    store_swapped<NW / 8>(g, d + 64, row0, valid, NW, n0 + 128 + 64 * h, warp, lane);
+}
+
+__device__ __forceinline__ void swapin_tile_n(const lab_args &g, int nw, smem_t &s, int h, int warp, int lane, int &kg,
+                                              int n_k, int row0, int valid, int n0)
+{
+#define SWAPIN_WIDTH(i) \
+    case i: swapin_tile<8 * i>(g, s, h, warp, lane, kg, n_k, row0, valid, n0); break;
+    switch (nw / 8) {
+        SWAPIN_WIDTH(1) SWAPIN_WIDTH(2) SWAPIN_WIDTH(3) SWAPIN_WIDTH(4) SWAPIN_WIDTH(5) SWAPIN_WIDTH(6) SWAPIN_WIDTH(7)
+        SWAPIN_WIDTH(8) SWAPIN_WIDTH(9) SWAPIN_WIDTH(10) SWAPIN_WIDTH(11) SWAPIN_WIDTH(12) SWAPIN_WIDTH(13)
+        SWAPIN_WIDTH(14) SWAPIN_WIDTH(15) SWAPIN_WIDTH(16)
+    }
+#undef SWAPIN_WIDTH
+}
+
+/* MC: the cluster kernel (uniform experts, or LIST: the pair list; MCAST: B by multicast, else
  * each CTA loads the whole B box itself, the pair still in lockstep through
  * the cross-CTA empty arrivals); ALL: every consumer thread
  * arrives on the empty barrier (the library's wg_mma_tile) instead of one
  * lane a warp; LIST: tiles from g.tiles (experts of any rows: the last tile
  * partial, a warpgroup with no valid row idle, as wg_mma_tile). */
-template <bool MC, bool ALL, bool LIST, bool MCAST = MC>
-__device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtensorMap *tb, const CUtensorMap *ta64)
+/* DYN (LIST, not MC): tiles claimed one by one from g.counter (as mega's
+ * items), not tile = block + k x grid (split's wg_persistent): the tiles
+ * running at once stay neighbours in the list whatever each costs. */
+template <bool MC, bool ALL, bool LIST, bool MCAST = MC, int SWAPIN = 0, bool DYN = false> /* SWAPIN: 0, or the width's rounding (8, 16) */
+__device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtensorMap *tb, const CUtensorMap *ta64,
+                          const CUtensorMap *tbh = NULL)
 {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK;
-    const int total = LIST ? g.n_tiles : g.E * (g.M_e / BM / (MC ? 2 : 1)) * (g.N / BN);
+    const int total = LIST ? (MC ? g.n_pairs : g.n_tiles) : g.E * (g.M_e / BM / (MC ? 2 : 1)) * (g.N / BN);
     const int first = MC ? (int)cluster_id() : (int)blockIdx.x, step = MC ? (int)cluster_count() : (int)gridDim.x;
     const uint32_t rank = MC ? cluster_rank() : 0u;
     if (threadIdx.x == 0) {
         tile_wait_arm();
         for (int i = 0; i < STAGES; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], ALL ? 256 : MC ? 16 : 8);
+        for (int i = 0; i < 2; i++) mbar_init(&s.qf[i], 1), mbar_init(&s.qe[i], 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     if (MC) cluster_sync(); /* the peer's barriers exist before any copy or arrival reaches them */
@@ -208,10 +369,36 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
         setmaxnreg_dec<40>();
         if (t == 0) {
             int kg = 0;
-            for (int i = first; i < total; i += step) {
+            for (int n = 0;; n++) {
+                int i = first + n * step;
+                if (DYN) {
+                    i = (int)atomicAdd(g.counter, 1u);
+                    mbar_wait_bounded(&s.qe[n & 1], ((n >> 1) & 1) ^ 1, WAIT_NS);
+                    *(volatile int *)&s.q[n & 1] = i;
+                    mbar_arrive(&s.qf[n & 1]);
+                }
+                if (i >= total) break;
                 int row0, n0, valid, e;
                 tile_of<MC, LIST>(g, i, row0, n0, valid, e);
-                if (LIST && (g.tiles[i].w & WIDE_TILE)) {
+                if (MC && LIST) { /* the pair list: one operand shared by multicast */
+                    const bool share_a = g.pairs[2 * i + (int)rank].w & SHARE_A;
+                    for (int kt = 0; kt < n_k; kt++, kg++) {
+                        const int st = kg % STAGES;
+                        mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
+                        mbar_expect_tx(&s.full[st], (BM + BN) * BK * 2);
+                        if (share_a) {
+                            tma_load_2d_multicast(&s.a[st][64 * rank * BK], ta64, &s.full[st], kt * BK,
+                                                  row0 + 64 * (int)rank, (uint16_t)3);
+                            tma_load_2d(s.b[st], tb, &s.full[st], kt * BK, e * g.N + n0);
+                        } else {
+                            tma_load_2d(s.a[st], ta, &s.full[st], kt * BK, row0);
+                            tma_load_2d_multicast(&s.b[st][128 * rank * BK], tbh, &s.full[st], kt * BK,
+                                                  e * g.N + n0 + 128 * (int)rank, (uint16_t)3);
+                        }
+                    }
+                    continue;
+                }
+                if (LIST && !SWAPIN && (g.tiles[i].w & WIDE_TILE)) {
                     for (int kt = 0; kt < n_k; kt++, kg += 2) {
                         const int s0 = kg % STAGES, s1 = (kg + 1) % STAGES;
                         mbar_wait_bounded(&s.empty[s0], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
@@ -240,14 +427,26 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
         setmaxnreg_inc<232>();
         const int h = wg - 1, warp = t / 32, lane = t % 32;
         int kg = 0;
-        for (int i = first; i < total; i += step) {
+        for (int n = 0;; n++) {
+            int i = first + n * step;
+            if (DYN) {
+                mbar_wait_bounded(&s.qf[n & 1], (n >> 1) & 1, WAIT_NS);
+                i = *(volatile int *)&s.q[n & 1];
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&s.qe[n & 1]);
+            }
+            if (i >= total) break;
             int row0, n0, valid, e;
             tile_of<MC, LIST>(g, i, row0, n0, valid, e);
             float d[128];
-            if (LIST && (g.tiles[i].w & WIDE_TILE)) {
+            if (LIST && !MC && !SWAPIN && (g.tiles[i].w & WIDE_TILE)) {
                 wide_tile<ALL>(g, s, d, h, lane, kg, n_k);
                 const int r = 16 * warp + lane / 4;
                 store_rows(g, d, row0, r, valid, n0 + BN * h, lane);
+                continue;
+            }
+            if constexpr (SWAPIN) {
+                swapin_tile_n(g, (valid + SWAPIN - 1) / SWAPIN * SWAPIN, s, h, warp, lane, kg, n_k, row0, valid, n0);
                 continue;
             }
             const bool idle = 64 * h >= valid;
@@ -306,6 +505,102 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_body<false, false, false>(g, &ta, &tb, &ta);
 }
 
+__global__ void __launch_bounds__(384, 1) gemm_swapin(const lab_args g, const __grid_constant__ CUtensorMap ta,
+                                                      const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<false, false, true, false, 8>(g, &ta, &tb, &ta);
+}
+
+__global__ void __launch_bounds__(384, 1) gemm_list_dyn(const lab_args g, const __grid_constant__ CUtensorMap ta,
+                                                        const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<false, false, true, false, 0, true>(g, &ta, &tb, &ta);
+}
+
+__global__ void __launch_bounds__(384, 1) gemm_swapin_dyn(const lab_args g, const __grid_constant__ CUtensorMap ta,
+                                                          const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<false, false, true, false, 8, true>(g, &ta, &tb, &ta);
+}
+
+__global__ void __launch_bounds__(384, 1) gemm_swapin16(const lab_args g, const __grid_constant__ CUtensorMap ta,
+                                                        const __grid_constant__ CUtensorMap tb)
+{
+    gemm_body<false, false, true, false, 16>(g, &ta, &tb, &ta);
+}
+
+/* The pair list (make_shape's pairs), balanced rows: every pair shares B or A. */
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_pair_list(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb,
+                   const __grid_constant__ CUtensorMap tbh, const __grid_constant__ CUtensorMap ta64)
+{
+    gemm_body<true, false, true>(g, &ta, &tb, &ta64, &tbh);
+}
+
+/* X rows [row0, row0 + nw) of K step kt into x, by boxes of 128 / 64 / 32 / 16 rows. */
+__device__ __forceinline__ void swap_load_x(__nv_bfloat16 *x, const CUtensorMap *const *tx, uint64_t *bar, int kt, int row0,
+                                            int nw)
+{
+    int off = 0;
+    if (nw == 256) {
+        tma_load_2d(x, tx[0], bar, kt * BK, row0);
+        tma_load_2d(x + 128 * BK, tx[0], bar, kt * BK, row0 + 128);
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (nw & (128 >> i)) {
+            tma_load_2d(x + off * BK, tx[i], bar, kt * BK, row0 + off);
+            off += 128 >> i;
+        }
+}
+
+__global__ void __launch_bounds__(384, 1)
+    gemm_swap(const lab_args g, const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx128,
+              const __grid_constant__ CUtensorMap tx64, const __grid_constant__ CUtensorMap tx32,
+              const __grid_constant__ CUtensorMap tx16)
+{
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK;
+    if (threadIdx.x == 0) {
+        tile_wait_arm();
+        for (int i = 0; i < STAGES; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (t == 0) {
+            const CUtensorMap *tx[4] = {&tx128, &tx64, &tx32, &tx16};
+            int kg = 0;
+            for (int i = blockIdx.x; i < g.n_swap; i += gridDim.x) {
+                const int4 tl = g.swap[i];
+                const int nw = (tl.y + 15) & ~15;
+                for (int kt = 0; kt < n_k; kt++, kg++) {
+                    const int st = kg % STAGES;
+                    mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
+                    mbar_expect_tx(&s.full[st], (128 + nw) * BK * 2);
+                    tma_load_2d(s.a[st], &tw, &s.full[st], kt * BK, tl.z * g.N + tl.w);
+                    swap_load_x(s.b[st], tx, &s.full[st], kt, tl.x, nw);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int h = wg - 1, warp = t / 32, lane = t % 32;
+        int kg = 0;
+        for (int i = blockIdx.x; i < g.n_swap; i += gridDim.x) {
+            const int4 tl = g.swap[i];
+            const int nw = (tl.y + 15) & ~15;
+            float d[128];
+            swap_k_loop_n(nw, s, d, h, lane, kg, n_k);
+            store_swapped<32>(g, d, tl.x, tl.y, nw, tl.w + 64 * h, warp, lane);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && tile_wait_failed) atomicAdd(g.failed, 1u);
+}
+
 /* C (fp32) of every row with its expert's weights (row_e[m]), naive, for the check. */
 __global__ void gemm_naive(const __nv_bfloat16 *A, const __nv_bfloat16 *B, const int *row_e, float *C, int N, int K)
 {
@@ -324,8 +619,8 @@ struct shape {
     int E, N, K;
     size_t rows;
     __nv_bfloat16 *A, *B, *C[2];
-    int4 *tiles;
-    int n_tiles, *row_e;
+    int4 *tiles, *pairs, *swap;
+    int n_tiles, *row_e, n_pairs, n_swap;
 };
 
 /* The tile list's forms: split's order; the same tiles with every partial
@@ -336,22 +631,27 @@ struct shape {
  * (the same tile count, every tile's warpgroups both busy where rows allow);
  * an expert's last tile, where it holds <= 64 rows, as wide tiles of two
  * column blocks each (WIDE_TILE: half as many, both warpgroups busy). */
-enum { LIST_SPLIT_ORDER = 0, LIST_PARTIAL_LAST = 1, LIST_HALF_ROWS = 2, LIST_BALANCED = 3, LIST_WIDE = 4 };
+enum { LIST_SPLIT_ORDER = 0, LIST_PARTIAL_LAST = 1, LIST_HALF_ROWS = 2, LIST_BALANCED = 3, LIST_WIDE = 4, LIST_STEP = 5 };
+static int g_list_step = 128; /* LIST_STEP: every tile of g_list_step rows (an expert's last: the rest) */
 
 static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIST_SPLIT_ORDER)
 {
-    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, 0, NULL};
+    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0};
     int *rows_e = (int *)malloc(sizeof(int) * E);
     for (int e = 0; e < E; e++) /* deterministic, spread over [-jitter, jitter] (uniform routing's spread) */
         rows_e[e] = M_e + (jitter ? (int)(((uint32_t)e * 2654435761u >> 7) % (2 * jitter + 1)) - jitter : 0), sh.rows += rows_e[e];
-    int4 *ht = (int4 *)malloc(sizeof(int4) * (sh.rows / BM + E) * (N / BN));
+    /* tiles of >= 64 rows (LIST_STEP's), an expert's last partial: at most rows / 64 + E an expert's column block */
+    const size_t max_tiles = (sh.rows / 64 + E) * (N / BN) + 2;
+    int4 *ht = (int4 *)malloc(sizeof(int4) * max_tiles);
+    int4 *hp = (int4 *)malloc(sizeof(int4) * max_tiles); /* pairs: as many tiles */
+    int4 *hs = (int4 *)malloc(sizeof(int4) * (sh.rows / 128 + E) * (N / 128)); /* swapped: <= 256 tokens x 128 */
     int *hre = (int *)malloc(sizeof(int) * sh.rows);
     size_t row0 = 0;
     for (int e = 0; e < E; e++) {
-        const int mt = (rows_e[e] + BM - 1) / BM;
+        const int mt = form == LIST_STEP ? (rows_e[e] + g_list_step - 1) / g_list_step : (rows_e[e] + BM - 1) / BM;
         /* LIST_BALANCED: the expert's rows over its mt tiles evenly (rows a
          * multiple of 8), so that no tile leaves a warpgroup idle */
-        const int step = form == LIST_BALANCED ? ((rows_e[e] + mt - 1) / mt + 7) / 8 * 8 : BM;
+        const int step = form == LIST_BALANCED ? ((rows_e[e] + mt - 1) / mt + 7) / 8 * 8 : form == LIST_STEP ? g_list_step : BM;
         const int last = rows_e[e] - (mt - 1) * BM, wide = form == LIST_WIDE && last <= 64 && (N / BN) % 2 == 0;
         for (int nb = 0; nb < N / BN; nb++)
             for (int m = 0; m < mt; m++) {
@@ -361,6 +661,27 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
                     continue;
                 }
                 ht[sh.n_tiles++] = make_int4((int)row0 + m * step, left < step ? left : step, e, nb * BN);
+            }
+        /* the pair list (the same tiles, balanced or not): m tiles 2 p, 2 p + 1 of a
+         * column block share B; an odd expert's last m tile of column blocks
+         * nb, nb + 1 (nb even) shares A */
+        for (int nb = 0; form != LIST_WIDE && N / BN % 2 == 0 && nb < N / BN; nb++)
+            for (int m = 0; m < mt; m++) {
+                const int left = rows_e[e] - m * step;
+                const int4 t = make_int4((int)row0 + m * step, left < step ? left : step, e, nb * BN);
+                if (m + 1 < mt || mt % 2 == 0) hp[sh.n_pairs++] = t; /* a B pair, m even then odd */
+                else if (nb % 2 == 0) {
+                    hp[sh.n_pairs++] = make_int4(t.x, t.y, e, t.w | SHARE_A);
+                    hp[sh.n_pairs++] = make_int4(t.x, t.y, e, (t.w + BN) | SHARE_A);
+                }
+            }
+        /* the swapped tiles: the expert's rows over ceil(rows / 256) token tiles
+         * of step rows (a multiple of 16), an expert's tiles of a weight block together */
+        const int mts = (rows_e[e] + 255) / 256, sstep = ((rows_e[e] + mts - 1) / mts + 15) / 16 * 16;
+        for (int nb = 0; nb < N / 128; nb++)
+            for (int m = 0; m < mts; m++) {
+                const int left = rows_e[e] - m * sstep;
+                if (left > 0) hs[sh.n_swap++] = make_int4((int)row0 + m * sstep, left < sstep ? left : sstep, e, nb * 128);
             }
         for (int r = 0; r < rows_e[e]; r++) hre[row0 + r] = e;
         row0 += rows_e[e];
@@ -380,19 +701,24 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
     CHECK(cudaMalloc(&sh.B, (size_t)E * N * K * 2));
     for (int v = 0; v < 2; v++) CHECK(cudaMalloc(&sh.C[v], sh.rows * N * 2));
     CHECK(cudaMalloc(&sh.tiles, sizeof(int4) * sh.n_tiles));
+    CHECK(cudaMalloc(&sh.pairs, sizeof(int4) * (sh.n_pairs + 2)));
+    CHECK(cudaMemcpy(sh.pairs, hp, sizeof(int4) * sh.n_pairs, cudaMemcpyHostToDevice));
+    sh.n_pairs /= 2; /* entries were tiles */
+    CHECK(cudaMalloc(&sh.swap, sizeof(int4) * sh.n_swap));
+    CHECK(cudaMemcpy(sh.swap, hs, sizeof(int4) * sh.n_swap, cudaMemcpyHostToDevice));
     CHECK(cudaMalloc(&sh.row_e, sizeof(int) * sh.rows));
     CHECK(cudaMemcpy(sh.tiles, ht, sizeof(int4) * sh.n_tiles, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(sh.row_e, hre, sizeof(int) * sh.rows, cudaMemcpyHostToDevice));
     lab_fill_bf16<<<1024, 256>>>(sh.A, (sh.rows + BM) * K, 1234u + M_e);
     lab_fill_bf16<<<4096, 256>>>(sh.B, (size_t)E * N * K, 777u + N);
     CHECK(cudaDeviceSynchronize());
-    free(rows_e), free(ht), free(hre);
+    free(rows_e), free(ht), free(hp), free(hs), free(hre);
     return sh;
 }
 
 static void free_shape(shape &sh)
 {
-    cudaFree(sh.A), cudaFree(sh.B), cudaFree(sh.C[0]), cudaFree(sh.C[1]), cudaFree(sh.tiles), cudaFree(sh.row_e);
+    cudaFree(sh.A), cudaFree(sh.B), cudaFree(sh.C[0]), cudaFree(sh.C[1]), cudaFree(sh.tiles), cudaFree(sh.pairs), cudaFree(sh.swap), cudaFree(sh.row_e);
 }
 
 /* Outputs v of the shape: bf16 bits on the host. */
@@ -404,15 +730,16 @@ static uint16_t *fetch(const shape &sh, int v)
 }
 
 static int g_sms, g_grid_mc;
-static unsigned *g_failed;
+static unsigned *g_failed, *g_counter;
 static size_t g_smem;
 
 /* kernel k of the lab: 0 plain, 1 plain ALL, 2 LIST, 3 LIST ALL, 4 multicast,
- * 5 the pair without multicast, 6 plain in clusters */
+ * 5 the pair without multicast, 6 plain in clusters, 7 the pair list, 8 the swapped tiles
+ * (sw: their maps, W by 128 rows, X by 128 / 64 / 32 / 16), 9 the tile list swapped in place */
 static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh,
-                   const CUtensorMap &ta64)
+                   const CUtensorMap &ta64, const CUtensorMap *sw)
 {
-    lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles};
+    lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles, sh.pairs, sh.n_pairs, sh.swap, sh.n_swap, g_counter};
     switch (k) {
     case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
@@ -420,13 +747,20 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
     case 3: gemm_plain<true, true><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 4: gemm_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tbh); break;
     case 5: gemm_pair_no_multicast<<<g_grid_mc, 384, g_smem>>>(g, ta, tb); break;
-    default: gemm_plain_in_clusters<<<g_grid_mc, 384, g_smem>>>(g, ta, tb); break;
+    case 6: gemm_plain_in_clusters<<<g_grid_mc, 384, g_smem>>>(g, ta, tb); break;
+    case 7: gemm_pair_list<<<g_grid_mc, 384, g_smem>>>(g, ta, tb, tbh, ta64); break;
+    case 8: gemm_swap<<<g_sms, 384, g_smem>>>(g, sw[0], sw[1], sw[2], sw[3], sw[4]); break;
+    case 9: gemm_swapin<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 10: gemm_swapin16<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 11: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_list_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    default: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_swapin_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
     }
     CHECK(cudaGetLastError());
 }
 
-static const char *kernel_name[7] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
-                                     "multicast", "pair, no multicast", "plain in clusters"};
+static const char *kernel_name[13] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
+                                     "multicast", "pair, no multicast", "plain in clusters", "pair list", "swapped", "swapped in place", "swapped in place, 16",
+                                      "tile list, claimed", "swapped in place, claimed"};
 
 /* Kernels ks[0..n) on one shape: outputs against kernel ks[0]'s bit for bit
  * (and ks[0] against the naive GEMM when check), then best-of-iters times. */
@@ -438,10 +772,14 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
     CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
     CUtensorMap ta64 = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 64, BK);
+    CUtensorMap sw[5];
+    sw[0] = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, 128, BK);
+    for (int i = 0; i < 4; i++)
+        sw[1 + i] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 128 >> i, BK);
     printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles\n", name, E, sh.rows, M_e, jitter, N, K, sh.n_tiles);
     CHECK(cudaMemset(sh.C[0], 0xFF, sh.rows * N * 2)); /* NaN-poisoned */
     CHECK(cudaMemset(g_failed, 0, 4));
-    launch(ks[0], sh, 0, ta, tb, tbh, ta64);
+    launch(ks[0], sh, 0, ta, tb, tbh, ta64, sw);
     CHECK(cudaDeviceSynchronize());
     uint16_t *h0 = fetch(sh, 0);
     size_t nan0 = 0;
@@ -467,7 +805,7 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     printf("  %s: NaN/unwritten %zu -> %s\n", kernel_name[ks[0]], nan0, nan0 ? "WRONG" : "OK");
     for (int j = 1; j < n; j++) {
         CHECK(cudaMemset(sh.C[1], 0xFF, sh.rows * N * 2));
-        launch(ks[j], sh, 1, ta, tb, tbh, ta64);
+        launch(ks[j], sh, 1, ta, tb, tbh, ta64, sw);
         CHECK(cudaDeviceSynchronize());
         uint16_t *h1 = fetch(sh, 1);
         size_t diff = 0;
@@ -483,17 +821,18 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     const double flop = 2.0 * sh.rows * N * K;
     float t[8];
     for (int j = 0; j < n; j++) {
-        LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64));
+        LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
         printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f\n", kernel_name[ks[j]], t[j] * 1e3,
                flop / (t[j] * 1e-3) / 1e12, kernel_name[ks[0]], t[j] / t[0]);
     }
     free_shape(sh);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CHECK(cudaMalloc(&g_failed, 4));
+    CHECK(cudaMalloc(&g_counter, 4));
     g_smem = sizeof(smem_t) + 1024;
     CHECK(cudaFuncSetAttribute(gemm_plain<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_plain<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
@@ -502,6 +841,12 @@ int main(void)
     CHECK(cudaFuncSetAttribute(gemm_multicast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_pair_no_multicast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_plain_in_clusters, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_pair_list, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_swap, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_swapin, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_swapin16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_list_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_swapin_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     /* pairs of SMs in one GPC: fewer than sms / 2 may be resident at once,
      * and a persistent grid must not wait for a second wave */
     cudaLaunchConfig_t cfg = {};
@@ -513,6 +858,20 @@ int main(void)
     CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)gemm_multicast, &cfg));
     g_grid_mc = 2 * (clusters < g_sms / 2 ? clusters : g_sms / 2);
     printf("%d SMs, %d 2-CTA clusters resident at once: multicast grid %d\n", g_sms, clusters, g_grid_mc);
+    if (argc < 2 || strcmp(argv[1], "all")) { /* the thirty-first session's set: the pair list; "all": every form */
+        const int sl[5] = {2, 11, 9, 12, 8};
+        run("small, balanced", 3, 256, 40, 512, 448, sl, 5, 1, 3, LIST_BALANCED);
+        run("small, 600 +- 90 rows", 3, 600, 90, 512, 448, sl, 5, 1, 3, LIST_BALANCED);
+        run("pro GEMM1 T=2048, balanced", 48, 256, 27, 6144, 7168, sl, 5, 0, 5, LIST_BALANCED);
+        run("pro GEMM2 T=2048, balanced", 48, 256, 27, 7168, 3072, sl, 5, 0, 5, LIST_BALANCED);
+        run("pro GEMM1 T=8192, balanced", 48, 1024, 54, 6144, 7168, sl, 5, 0, 3, LIST_BALANCED);
+        run("pro GEMM2 T=8192, balanced", 48, 1024, 54, 7168, 3072, sl, 5, 0, 3, LIST_BALANCED);
+        run("flash GEMM1 T=2048, balanced", 32, 384, 33, 4096, 4096, sl, 5, 0, 5, LIST_BALANCED);
+        run("flash GEMM2 T=2048, balanced", 32, 384, 33, 4096, 2048, sl, 5, 0, 5, LIST_BALANCED);
+        run("flash GEMM1 T=8192, balanced", 32, 1536, 66, 4096, 4096, sl, 5, 0, 3, LIST_BALANCED);
+        run("pro GEMM1 T=512, balanced", 48, 64, 14, 6144, 7168, sl, 5, 0, 5, LIST_BALANCED);
+        return 0;
+    }
     const int uniform[5] = {0, 1, 4, 5, 6}, listed[2] = {2, 3}, same[2] = {0, 2};
     run("small", 2, 256, 0, 512, 512, uniform, 5, 1, 3);
     run("small, the list", 2, 256, 0, 512, 512, same, 2, 0, 3);
