@@ -814,14 +814,14 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
         /* p.g1: the waits' bound; gathered A: fenced per stage (free: 0.99-1.01 without it) */
-        const bool idle = 64 * h >= sh->run_q[q & 1][4]; /* none of the warpgroup's rows valid */
-        wg_mma_tile(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather, idle);
+        wg_bf16_mma(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather,
+                    sh->run_q[q & 1][4]); /* swapped or not by the tile's valid rows */
         const mega_params &p = *pinned(&p_); /* as run_produce */
         const int32_t *dq = pinned(sh)->run_q[q & 1];
         tile_pos tp;
         tp.e = dq[1], tp.row0 = dq[3], tp.rows_valid = dq[4], tp.n0 = dq[5];
-        if (dq[0] == 1) wg_store_bf16<true>(p.g1, d, tp, h, t); /* SwiGLU of column pairs */
-        else wg_store_bf16<false>(p.g2, d, tp, h, t);
+        if (dq[0] == 1) wg_bf16_store<true>(p.g1, d, tp, h, t); /* SwiGLU of column pairs */
+        else wg_bf16_store<false>(p.g2, d, tp, h, t);
         const int32_t *dq2 = pinned(sh)->run_q[q & 1];
         const int first = dq2[0] == 1, mt = dq2[2];
         mbar_arrive(&sh->run_empty[q & 1]);
