@@ -114,17 +114,13 @@ struct tile_pos {
  * 0.89-0.92 of the GEMM at pro / flash T = 2048). The same products summed in
  * the same order: the same bits (the lab compares them). Rows past
  * rows_valid (gathered tiles: unwritten) only feed outputs never stored.
- * Tiles of nw <= WG_SWAP_MAX_ROWS are swapped, the others as before. */
-#ifndef WG_SWAP_MAX_ROWS
-#define WG_SWAP_MAX_ROWS 128
-#endif
+ *
+ * A kernel runs every tile swapped or none (SWAP, chosen per forward by the
+ * host: moe_ep_bf16_swapped). Both forms in one kernel put mega's WGMMA
+ * instance into ptxas's C7511 (at 168 registers, and spilling with setmaxnreg
+ * in its runs), so the choice is not per tile. */
 
 __device__ __forceinline__ int wg_swap_width(int rows_valid) { return (rows_valid + 7) & ~7; }
-/* (every tile at WG_SWAP_MAX_ROWS >= WG_BM: no other path compiled in) */
-__device__ __forceinline__ bool wg_swapped(int rows_valid)
-{
-    return WG_SWAP_MAX_ROWS >= WG_BM || wg_swap_width(rows_valid) <= WG_SWAP_MAX_ROWS;
-}
 
 /* Consumer warpgroup h: the swapped tile's K loop of width NW into d[0..63]
  * (B rows 64 h ..) and d[64..127] (B rows 128 + 64 h ..): d[64 b + 4 j ..
@@ -349,18 +345,19 @@ __device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, floa
 }
 
 /* A tile with bf16 outputs (wg_persistent, mega's runs): its K loop into d,
- * swapped or not by its rows (wg_swapped), then its outputs the same way. */
+ * swapped (SWAP) or not, then its outputs the same way. */
+template <bool SWAP>
 __device__ __forceinline__ void wg_bf16_mma(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
                                             bool a_by_threads, int rows_valid)
 {
-    if (wg_swapped(rows_valid)) wg_swap_mma_tile(g, s, d, h, n_k, kg, a_by_threads, wg_swap_width(rows_valid));
+    if constexpr (SWAP) wg_swap_mma_tile(g, s, d, h, n_k, kg, a_by_threads, wg_swap_width(rows_valid));
     else wg_mma_tile(g, s, d, h, n_k, kg, a_by_threads, 64 * h >= rows_valid);
 }
 
-template <bool GLU>
+template <bool GLU, bool SWAP>
 __device__ __forceinline__ void wg_bf16_store(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
 {
-    if (wg_swapped(p.rows_valid)) wg_swap_store_bf16<GLU>(g, d, p, h, t);
+    if constexpr (SWAP) wg_swap_store_bf16<GLU>(g, d, p, h, t);
     else wg_store_bf16<GLU>(g, d, p, h, t);
 }
 
