@@ -163,12 +163,6 @@ __device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s,
     }
 }
 
-/* The swapped tile's bf16 outputs (NJ = nw / 8 blocks of 8 tile rows), as
- * wg_store_bf16 rounds them. GLU: output column n0 / 2 + 64 h + R is the
- * SwiGLU of gate d[4 j ..] and up d[64 + 4 j ..]; else d[64 b ..] is column
- * n0 + 128 b + 64 h + R. Lanes L and L ^ 4 hold R even and odd: one shuffle
- * a value pair makes a bf16x2 of columns (R even, R + 1), the even lane's at
- * tile row c, the odd lane's at c + 1. */
 /* One m64 block's outputs: d[4 j ..] (GLU: the gate, up[4 j ..] its up) of
  * weight rows R, R + 8 into output columns col (R's even partner), col + 8
  * of the tile's rows c < rows_valid; row: output row 0 of this lane's pair
