@@ -133,13 +133,14 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
     moe_ep_split_destroy(l);
 }
 
-static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k)
+static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k, int64_t rows, int E)
 {
     /* 16; 32 (the register tile only); 128: the wgmma tiles; else the large tile (mega.cu: the register
      * tile's 64 rows, the mma.sync tiles' 64, or 32 for bf16 and fp8_block) */
     const int t = k->gemm_tile_rows;
     a->d.tile_rows = t == 16 || t == 32 || t == 128 ? t : 64;
     a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
+    a->d.bf16_swapped = t == 128 && moe_ep_bf16_swapped(rows, E); /* as split's (the same bits either way) */
 }
 
 static moe_ep_status_t enqueue_mega(void *args, moe_ep_stream_t stream)
@@ -159,7 +160,7 @@ static moe_ep_status_t autotune(moe_ep_layer_t l, moe_ep_mega_args_t *a, moe_ep_
     int n = 0, best = 0;
     MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, cand, 8, &n));
     for (int i = 0; i < n; i++) {
-        set_knobs(a, &cand[i]);
+        set_knobs(a, &cand[i], rows, l->num_local_experts);
         MOE_EP_CHECK(moe_ep_time_median_us(enqueue_mega, a, stream, &us[i]));
         if (us[i] < us[best]) best = i;
     }
@@ -203,7 +204,7 @@ moe_ep_status_t moe_ep_mega_forward(moe_ep_layer_t l, const moe_ep_forward_args_
         MOE_EP_CHECK(autotune(l, &a, stream, tokens, rows));
     }
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
-    set_knobs(&a, &k);
+    set_knobs(&a, &k, rows, l->num_local_experts);
     return moe_ep_launch_mega(&a, stream);
 }
 

@@ -244,9 +244,11 @@ static int capturing(cudaStream_t st)
     return cs != cudaStreamCaptureStatusNone;
 }
 
-static void set_knobs(struct moe_ep_split_state *s, const moe_ep_knobs_t *k)
+/* rows, E: the forward's rows and local experts (the bf16 tile's form) */
+static void set_knobs(struct moe_ep_split_state *s, const moe_ep_knobs_t *k, int64_t rows, int E)
 {
     s->dims.tile_rows = k->gemm_tile_rows, s->dims.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
+    s->dims.bf16_swapped = k->gemm_tile_rows == 128 && moe_ep_bf16_swapped(rows, E);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -297,7 +299,7 @@ static moe_ep_status_t enqueue_experts(void *state, moe_ep_stream_t stream)
  * dispatch; the plan is redone for each tile size) and keeps the fastest.
  * Nothing is kept when the device error word is set: the kernels did nothing. */
 static moe_ep_status_t tune_bucket(moe_ep_layer_t l, const moe_ep_split_io_t *io, moe_ep_stream_t stream,
-                                   int tokens, const moe_ep_knobs_t *cand, int n)
+                                   int tokens, int64_t rows, const moe_ep_knobs_t *cand, int n)
 {
     struct moe_ep_split_state *s = l->split;
     MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, io, stream));
@@ -305,7 +307,7 @@ static moe_ep_status_t tune_bucket(moe_ep_layer_t l, const moe_ep_split_io_t *io
     double us[TUNE_MAX_CANDIDATES];
     int best = 0;
     for (int i = 0; i < n; i++) {
-        set_knobs(s, &cand[i]);
+        set_knobs(s, &cand[i], rows, l->num_local_experts);
         MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, io, stream));
         MOE_EP_CHECK(moe_ep_time_median_us(enqueue_experts, s, stream, &us[i]));
         if (us[i] < us[best]) best = i;
@@ -327,8 +329,8 @@ static moe_ep_status_t autotune(moe_ep_layer_t l, const moe_ep_split_io_t *io, m
     MOE_EP_CHECK(moe_ep_knobs_tune_candidates(l, tokens, cand, TUNE_MAX_CANDIDATES, &n));
     if (n == 0) return MOE_EP_SUCCESS;
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, 1, &k, NULL));
-    set_knobs(l->split, &k);
-    return tune_bucket(l, io, stream, tokens, cand, n);
+    set_knobs(l->split, &k, rows, l->num_local_experts);
+    return tune_bucket(l, io, stream, tokens, rows, cand, n);
 }
 
 /* NCCL group: this rank's tokens go to every rank, each runs the emulated
@@ -345,7 +347,7 @@ static moe_ep_status_t nccl_forward(moe_ep_layer_t l, const moe_ep_forward_args_
     moe_ep_knobs_t k;
     MOE_EP_CHECK(moe_ep_knobs_forward_shape(l, args, &tokens, &rows));
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
-    set_knobs(s, &k);
+    set_knobs(s, &k, rows, l->num_local_experts);
     MOE_EP_CHECK(moe_ep_xchg_tokens(l->group, s->xchg, &s->bufs, args, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, &io, stream));
@@ -373,7 +375,7 @@ moe_ep_status_t moe_ep_split_forward(moe_ep_layer_t l, const moe_ep_forward_args
     MOE_EP_CHECK(moe_ep_knobs_forward_shape(l, args, &tokens, &rows));
     if (!capture) MOE_EP_CHECK(autotune(l, &io, stream, tokens, rows));
     MOE_EP_CHECK(moe_ep_knobs_resolve(l, tokens, rows, !capture, &k, NULL));
-    set_knobs(s, &k);
+    set_knobs(s, &k, rows, l->num_local_experts);
     MOE_EP_CHECK(moe_ep_launch_plan(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_dispatch(&s->dims, &s->bufs, &io, stream));
     MOE_EP_CHECK(moe_ep_launch_experts(&s->dims, &s->bufs, stream));

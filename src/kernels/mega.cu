@@ -706,6 +706,10 @@ __device__ __forceinline__ int claim_next(const moe_ep_mega_args_t &a)
  * besides thread 0's expect_tx arrival. */
 #define RUN_PRODUCERS 128
 
+/* MODE_WGMMA's SB (no scale block there): its instance with every bf16-output
+ * tile swapped (wgmma_tile.cuh; chosen per forward: moe_ep_bf16_swapped). */
+#define MEGA_WG_SWAP 1
+
 __device__ __forceinline__ void run_producer_barrier() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
 
 /* Producer thread t of a gathering GEMM1 tile: A rows come from their
@@ -800,6 +804,7 @@ __device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *
  * read again after the K loop (nothing but the accumulators held across it)
  * and its slot given back then. Each tile's outputs are fenced by every
  * consumer, then one thread releases its done counter. */
+template <bool SWAP>
 __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *sh, wg_smem &s, int h, int t)
 {
     int kg = 0;
@@ -814,14 +819,14 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
         /* p.g1: the waits' bound; gathered A: fenced per stage (free: 0.99-1.01 without it) */
-        const bool idle = 64 * h >= sh->run_q[q & 1][4]; /* none of the warpgroup's rows valid */
-        wg_mma_tile(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather, idle);
+        wg_bf16_mma<SWAP>(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather,
+                    sh->run_q[q & 1][4]); /* swapped or not by the tile's valid rows */
         const mega_params &p = *pinned(&p_); /* as run_produce */
         const int32_t *dq = pinned(sh)->run_q[q & 1];
         tile_pos tp;
         tp.e = dq[1], tp.row0 = dq[3], tp.rows_valid = dq[4], tp.n0 = dq[5];
-        if (dq[0] == 1) wg_store_bf16<true>(p.g1, d, tp, h, t); /* SwiGLU of column pairs */
-        else wg_store_bf16<false>(p.g2, d, tp, h, t);
+        if (dq[0] == 1) wg_bf16_store<true, SWAP>(p.g1, d, tp, h, t); /* SwiGLU of column pairs */
+        else wg_bf16_store<false, SWAP>(p.g2, d, tp, h, t);
         const int32_t *dq2 = pinned(sh)->run_q[q & 1];
         const int first = dq2[0] == 1, mt = dq2[2];
         mbar_arrive(&sh->run_empty[q & 1]);
@@ -836,7 +841,7 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
 
 /* Whole block: a run from GEMM item `item` (global index). Returns the item
  * that ended it, for the item loop (-1: a wait failed). */
-template <int BM, int MODE>
+template <int BM, int MODE, bool SWAP>
 __device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, int item, int base)
 {
     sh = pinned(sh), smem = pinned(smem); /* addresses derived here stay here */
@@ -850,7 +855,7 @@ __device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, in
     if (wg == 0) {
         run_produce<BM, MODE>(p, sh, s, item, base, t);
     } else {
-        run_consume(p, sh, s, wg - 1, t);
+        run_consume<SWAP>(p, sh, s, wg - 1, t);
     }
     __syncthreads(); /* every TMA landed, every arrival made */
     const int end = sh->run_end;
@@ -1307,7 +1312,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(cons
         if constexpr (MODE == MODE_WGMMA) { /* bf16 outputs: pipelined over the block's GEMM items */
             if (i < n_g1 || (i < n_g1 + n_g2 && pinned_int((int)p.g2.out_fmt) == MOE_EP_FORMAT_BF16)) {
                 MEGA_TRACE_OPEN(sh, i < n_g1 ? MOE_EP_MEGA_ITEM_GEMM1 : MOE_EP_MEGA_ITEM_GEMM2);
-                const int end = gemm_run<BM, MODE>(p, sh, smem, sh->item, n_send + sh->n_count + sh->n_groups);
+                const int end = gemm_run<BM, MODE, SB == MEGA_WG_SWAP>(p, sh, smem, sh->item, n_send + sh->n_count + sh->n_groups);
                 if (end < 0) break;
                 if (threadIdx.x == 0) sh->next = end;
                 continue;
@@ -1451,7 +1456,8 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     switch (moe_ep_path_act_format(a->d.path)) {
     case MOE_EP_FORMAT_BF16:
         return small                     ? launch<16, MODE_BF16, 0>(a, s)
-               : a->d.tile_rows == 128 ? launch<WG_BM, MODE_WGMMA, 0>(a, s)
+               : a->d.tile_rows == 128 ? (a->d.bf16_swapped ? launch<WG_BM, MODE_WGMMA, MEGA_WG_SWAP>(a, s)
+                                                            : launch<WG_BM, MODE_WGMMA, 0>(a, s))
                                        : launch<32, MODE_BF16, 0>(a, s);
     case MOE_EP_FORMAT_MXFP8:
         if (moe_ep_rs_tile_fits(a->d.path, a->d.H, a->d.I)) {

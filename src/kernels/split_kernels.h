@@ -116,6 +116,19 @@ static inline int moe_ep_single_tile_rows(long long rows, int E)
     return rows <= 60LL * E ? 64 : MOE_EP_RS_TILE_ROWS;
 }
 
+/* The bf16 HGMMA tile swapped (wgmma_tile.cuh: the tile's rows as the
+ * wgmma's N, rounded up to 8) for a forward of `rows` rows over E local
+ * experts: where they get 128 < rows <= 512 on average (2-4 m tiles, the
+ * partial ones of 85-112 rows cost what they hold, not a whole tile). EP8
+ * slice, every tile swapped against none (thirty-first session, 2-3 paired
+ * rounds): pro T = 2048 (256 an expert) fwd 0.90-0.93; T = 512 (64, 96)
+ * 1.00-1.02 split, 1.02-1.09 mega; T = 8192 (1024, 1536) 1.015-1.03.
+ * The same bits either way. */
+static inline int moe_ep_bf16_swapped(long long rows, int E)
+{
+    return rows > 128LL * E && rows <= 512LL * E;
+}
+
 /* Tile rows a single-tile layer accepts as knobs (the register tile's
  * instances all give the same bits: each output element is one chain of
  * wgmma m64nNk16 whatever N). */
@@ -149,6 +162,7 @@ typedef struct moe_ep_split_dims {
     float swiglu_limit, fc1_scale, fc2_scale;
     int num_sms;
     int tile_rows;            /* GEMM tile rows (16, 64; 128: HGMMA, bf16), chosen per forward */
+    int bf16_swapped;         /* tile_rows 128: its bf16-output tiles swapped (moe_ep_bf16_swapped), per forward */
     int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the register tile's QGMMA instances */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
                                  occupancy; 0 = as many as fit (occupancy calculator) */

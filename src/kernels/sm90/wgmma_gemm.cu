@@ -60,9 +60,11 @@ __device__ __forceinline__ tile_pos tile_pos_of(const gemm_args &g, int tile, in
  * one tile into the next while the consumers store the last one's outputs
  * from registers, so neither the epilogue nor the next tile's first loads
  * stall the tensor cores. k steps are counted over the block's tiles
- * (kg), which gives each stage its slot and parity. */
-template <bool GLU>
-__device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb, uint8_t *smem_raw)
+ * (kg), which gives each stage its slot and parity. SWAP: every tile
+ * swapped (wgmma_tile.cuh), with the producer warpgroup's registers moved to
+ * the consumers (at 168 each the swapped stores spilled). */
+template <bool GLU, bool SWAP>
+__device__ __forceinline__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb, uint8_t *smem_raw)
 {
     wg_smem &s = *(wg_smem *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / WG_BK, n_tiles = g.N / WG_BN;
@@ -70,6 +72,7 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
     if (threadIdx.x == 0) wg_ring_init<WG_STAGES>(g, s.full, s.empty);
     __syncthreads();
     if (wg == 0) {
+        if constexpr (SWAP) setmaxnreg_dec<40>(); /* the consumers' 128 accumulators and the swapped stores: 232 each */
         if (t == 0) {
             int kg = 0;
             for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
@@ -78,13 +81,15 @@ __device__ void wg_persistent(const gemm_args &g, const CUtensorMap *ta, const C
             }
         }
     } else {
+        if constexpr (SWAP) setmaxnreg_inc<232>();
         const int h = wg - 1;
         int kg = 0;
         for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
-            const tile_pos p = tile_pos_of<TILE_BF16>(g, tile, n_tiles);
             float d[128];
-            wg_mma_tile(g, s, d, h, n_k, kg, false, 64 * h >= p.rows_valid);
-            wg_store_bf16<GLU>(g, d, p, h, t);
+            wg_bf16_mma<SWAP>(g, s, d, h, n_k, kg, false, tile_pos_of<TILE_BF16>(g, tile, n_tiles).rows_valid);
+            /* found again after the K loop: nothing but d and the loop's counters held across it
+             * (the swapped tile's stores spilled with the tile's position kept) */
+            wg_bf16_store<GLU, SWAP>(g, d, tile_pos_of<TILE_BF16>(g, tile, n_tiles), h, t);
         }
     }
     __syncthreads(); /* every TMA landed, every arrival made */
@@ -100,13 +105,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
     __shared__ int next_tile; /* the loop's index kept here, not in a register across the tile */
     if (moe_ep_dev_failed(g.error)) return;
     if (threadIdx.x == 0) tile_wait_arm(); /* ordered by the first tile's barrier */
-    if constexpr (KIND == TILE_BF16) {
-        if (g.out_fmt == MOE_EP_FORMAT_BF16) { /* the outputs stored from registers: one pipeline over the tiles */
-            if (g.N != g.N_out) wg_persistent<true>(g, &ta, &tb, smem_raw);
-            else wg_persistent<false>(g, &ta, &tb, smem_raw);
-            return;
-        }
-    }
     const int n_tiles = g.N / S::BN;
     for (int tile = blockIdx.x; tile < g.tile_offset[g.E] * n_tiles;) { /* persistent: one CTA per SM */
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
@@ -118,22 +116,47 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g,
     }
 }
 
+/* The bf16 tiles with bf16 outputs (GLU: GEMM1's SwiGLU; SWAP: swapped),
+ * each its own kernel: inlined into grouped_gemm_wgmma<TILE_BF16> beside the
+ * other, or called there, the swapped tile's stores spilled. */
+template <bool GLU, bool SWAP>
+__global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wg_bf16(gemm_args g, const __grid_constant__ CUtensorMap ta,
+                                                                       const __grid_constant__ CUtensorMap tb)
+{
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    if (moe_ep_dev_failed(g.error)) return;
+    if (threadIdx.x == 0) tile_wait_arm(); /* ordered by the ring's barrier */
+    wg_persistent<GLU, SWAP>(g, &ta, &tb, smem_raw);
+}
+
+/* The bf16-output kernel of one GEMM: GLU by its shape, SWAP by the forward. */
+static const void *wg_bf16_kernel(bool glu, bool swap)
+{
+    return glu ? (swap ? (const void *)grouped_gemm_wg_bf16<true, true> : (const void *)grouped_gemm_wg_bf16<true, false>)
+               : (swap ? (const void *)grouped_gemm_wg_bf16<false, true> : (const void *)grouped_gemm_wg_bf16<false, false>);
+}
+
 /* Grid: the SMs given to the layer (num_sms), at most the tiles' upper bound
  * (full tiles plus one partial tile per expert). */
 template <int KIND>
-static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num_sms, cudaStream_t s, const char *name)
+static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num_sms, cudaStream_t s, const char *name,
+                              bool swap = false)
 {
     typedef tile_shape<KIND> S;
     CUtensorMap ta, tb;
     MOE_EP_CHECK(KIND == TILE_BF16 ? wg_make_maps(g, rows_capacity, &ta, &tb)
                                    : fr_make_maps<S::BM>(g, rows_capacity, &ta, &tb));
-    if (S::RS) MOE_EP_CHECK(fr_check_regs((const void *)grouped_gemm_wgmma<KIND>, name));
-    cudaError_t e = cudaFuncSetAttribute(grouped_gemm_wgmma<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)S::SMEM);
+    /* bf16 outputs: stored from registers, one pipeline over the tiles */
+    const bool bf16_out = KIND == TILE_BF16 && g.out_fmt == MOE_EP_FORMAT_BF16, glu = g.N != g.N_out;
+    const void *fn = bf16_out ? wg_bf16_kernel(glu, swap) : (const void *)grouped_gemm_wgmma<KIND>;
+    if (S::RS || (bf16_out && swap)) MOE_EP_CHECK(fr_check_regs(fn, name)); /* they move registers (setmaxnreg) */
+    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));
     int64_t m_tiles = (rows_capacity + S::BM - 1) / S::BM + g.E, grid = m_tiles * (g.N / S::BN);
     if (grid > num_sms) grid = num_sms;
-    grouped_gemm_wgmma<KIND><<<(unsigned)grid, WG_THREADS, S::SMEM, s>>>(g, ta, tb);
+    void *params[] = {(void *)&g, (void *)&ta, (void *)&tb};
+    cudaError_t le = cudaLaunchKernel(fn, dim3((unsigned)grid), dim3(WG_THREADS), params, S::SMEM, s);
+    if (le != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(le));
     return moe_ep_launch_check(name);
 }
 
@@ -154,7 +177,7 @@ static moe_ep_status_t launch_rs(const gemm_args &g, int rs_rows, int64_t rows_c
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int rs_rows, int64_t rows_capacity,
                                          int num_sms, cudaStream_t s, const char *name)
 {
-    if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name);
+    if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name, rs_rows != 0); /* rs_rows: swapped */
     if (kind == TILE_QGMMA) return launch_rs<RS_FP8_QG>(g, rs_rows, rows_capacity, num_sms, s, name);
     switch (fr_format(g.a_fmt, g.b_fmt)) {
     case RS_FP8_BLOCK: return launch_rs<RS_FP8_BLOCK>(g, rs_rows, rows_capacity, num_sms, s, name);

@@ -19,6 +19,7 @@
 #include "kernels/sm90/gemm_common.cuh"
 #include "kernels/sm90/hopper.cuh"
 #include "kernels/sm90/tma_map.cuh"
+#include "kernels/sm90/wgmma_bf16_n.cuh"
 
 /* A tile's pipeline wait, bounded by the layer's timeout (hopper.cuh:
  * mbar_wait_bounded). */
@@ -97,6 +98,126 @@ __device__ __forceinline__ void wg_store_fragment(float (*C)[BN + 4], const floa
     }
 }
 
+/* Tile `tile` of a GEMM: its expert, first row, valid rows and first column. */
+struct tile_pos {
+    int e, n0, rows_valid;
+    int64_t row0;
+};
+
+/* ---- The swapped tile (bf16 outputs) --------------------------------------
+ * The same tile, loads and ring, with the operands' roles swapped: the
+ * weight rows are the wgmma's M (warpgroup h: the m64 blocks of B rows 64 h ..
+ * and 128 + 64 h .., so that W13's gate / up pair j, j + 128 meets in one
+ * thread) and the tile's rows its N, nw = rows_valid rounded up to 8 (PTX:
+ * any multiple of 8). A tile of 90 rows then issues 96 / 128 of a whole
+ * tile's tensor work, not all of it (the kernel lab, thirty-first session:
+ * 0.89-0.92 of the GEMM at pro / flash T = 2048). The same products summed in
+ * the same order: the same bits (the lab compares them). Rows past
+ * rows_valid (gathered tiles: unwritten) only feed outputs never stored.
+ *
+ * A kernel runs every tile swapped or none (SWAP, chosen per forward by the
+ * host: moe_ep_bf16_swapped). Both forms in one kernel put mega's WGMMA
+ * instance into ptxas's C7511 (at 168 registers, and spilling with setmaxnreg
+ * in its runs), so the choice is not per tile. */
+
+__device__ __forceinline__ int wg_swap_width(int rows_valid) { return (rows_valid + 7) & ~7; }
+
+/* Consumer warpgroup h: the swapped tile's K loop of width NW into d[0..63]
+ * (B rows 64 h ..) and d[64..127] (B rows 128 + 64 h ..): d[64 b + 4 j ..
+ * 4 j + 3] = weight rows R = 16 warp + lane / 4 (and R + 8 for the upper
+ * two) x tile rows 8 j + 2 (lane % 4) + {0, 1}. As wg_mma_tile otherwise. */
+template <int NW>
+__device__ __forceinline__ void wg_swap_k_loop(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+                                               bool a_by_threads)
+{
+    for (int kt = 0; kt < n_k; kt++, kg++) {
+        const int st = kg % WG_STAGES;
+        tile_wait(g, &s.full[st], (kg / WG_STAGES) & 1);
+        if (a_by_threads) fence_proxy_async_shared();
+        wgmma_fence();
+        const uint32_t x = (uint32_t)smem_desc(&s.a[st][0]), w0 = (uint32_t)smem_desc(&s.b[st][64 * h * WG_BK]),
+                       w1 = (uint32_t)smem_desc(&s.b[st][(128 + 64 * h) * WG_BK]);
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            wgmma_bf16_n_lo<NW>(d, w0, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_bf16_n_lo<NW>(d + 64, w1, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0) mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]);
+    }
+    wgmma_wait<0>();
+    mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]); /* the tile's last stage */
+}
+
+#define WG_SWAP_WIDTHS(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16)
+
+__device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+                                                 bool a_by_threads, int nw)
+{
+    switch (nw / 8) {
+#define WG_SWAP_K_LOOP(i) \
+    case i: wg_swap_k_loop<8 * i>(g, s, d, h, n_k, kg, a_by_threads); break;
+        WG_SWAP_WIDTHS(WG_SWAP_K_LOOP)
+#undef WG_SWAP_K_LOOP
+    }
+}
+
+/* One m64 block's outputs: d[4 j ..] (GLU: the gate, up[4 j ..] its up) of
+ * weight rows R, R + 8 into output columns col (R's even partner), col + 8
+ * of the tile's rows c < rows_valid; row: output row 0 of this lane's pair
+ * (the even lane's c0, the odd lane's c0 + 1), pitch: bytes an output row. */
+template <int NJ, bool GLU>
+__device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, const float *up, uint8_t *row,
+                                                    int64_t pitch, int c_lane, int rows_valid, bool odd)
+{
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) { /* weight rows R, R + 8 */
+            float v0 = d[4 * j + 2 * q], v1 = d[4 * j + 2 * q + 1]; /* tile rows c0, c0 + 1 */
+            if constexpr (GLU) {
+                v0 = moe_ep_swiglu(v0, up[4 * j + 2 * q], g.swiglu_limit);
+                v1 = moe_ep_swiglu(v1, up[4 * j + 2 * q + 1], g.swiglu_limit);
+            }
+            const float got = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
+            if (c_lane + 8 * j < rows_valid)
+                *(uint32_t *)(row + 8 * j * pitch + 16 * q) = odd ? moe_ep_pack_bf16x2(got, v1) : moe_ep_pack_bf16x2(v0, got);
+        }
+}
+
+/* The swapped tile's bf16 outputs (NJ = nw / 8 blocks of 8 tile rows), as
+ * wg_store_bf16 rounds them. GLU: output column n0 / 2 + 64 h + R is the
+ * SwiGLU of gate d[4 j ..] and up d[64 + 4 j ..]; else d[64 b ..] is column
+ * n0 + 128 b + 64 h + R. Lanes L and L ^ 4 hold R even and odd: one shuffle
+ * a value pair makes a bf16x2 of columns (R even, R + 1), the even lane's at
+ * tile row c, the odd lane's at c + 1. The two blocks are stored one after
+ * the other (written as one loop over both, ptxas spilled split's tile). */
+template <int NJ, bool GLU>
+__device__ __forceinline__ void wg_swap_store_nj(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+{
+    const int warp = t / 32, lane = t % 32;
+    const bool odd = (lane / 4) & 1;
+    const int64_t pitch = 2 * (int64_t)g.N_out; /* bytes per output row */
+    const int c_lane = 2 * (lane % 4) + (odd ? 1 : 0), r_even = (16 * warp + lane / 4) & ~1;
+    uint8_t *row = g.out + (p.row0 + c_lane) * pitch;
+    if constexpr (GLU) {
+        wg_swap_store_block<NJ, true>(g, d, d + 64, row + 2 * (p.n0 / 2 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
+    } else {
+        wg_swap_store_block<NJ, false>(g, d, d, row + 2 * (p.n0 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
+        wg_swap_store_block<NJ, false>(g, d + 64, d, row + 2 * (p.n0 + 128 + 64 * h + r_even), pitch, c_lane,
+                                       p.rows_valid, odd);
+    }
+}
+
+template <bool GLU>
+__device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+{
+    /* all 16 blocks, each stored where its rows are valid: the accumulators
+     * past the width were never written and are never stored */
+    wg_swap_store_nj<16, GLU>(g, d, p, h, t);
+}
+
 /* The producer, by one thread: K steps 0..n_k-1 into a ring of NS stages
  * (stage st of A at a + st * a_bytes, of B at b + st * b_bytes), each after
  * its slot is free, both copies completing on full[st]; the maps' boxes are
@@ -132,12 +253,6 @@ __device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, cons
     wg_consumer_barrier();
     epilogue<BM, BN, BN == 256>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
 }
-
-/* Tile `tile` of a GEMM: its expert, first row, valid rows and first column. */
-struct tile_pos {
-    int e, n0, rows_valid;
-    int64_t row0;
-};
 
 /* The bf16 tile's bf16 outputs straight from the accumulators of warpgroup
  * h (rows 64 h + 16 warp + lane / 4, + 8; columns 8 j + 2 (lane % 4), + 1),
@@ -221,6 +336,23 @@ __device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, floa
     }
     wgmma_wait<0>();
     mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]); /* the tile's last stage */
+}
+
+/* A tile with bf16 outputs (wg_persistent, mega's runs): its K loop into d,
+ * swapped (SWAP) or not, then its outputs the same way. */
+template <bool SWAP>
+__device__ __forceinline__ void wg_bf16_mma(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+                                            bool a_by_threads, int rows_valid)
+{
+    if constexpr (SWAP) wg_swap_mma_tile(g, s, d, h, n_k, kg, a_by_threads, wg_swap_width(rows_valid));
+    else wg_mma_tile(g, s, d, h, n_k, kg, a_by_threads, 64 * h >= rows_valid);
+}
+
+template <bool GLU, bool SWAP>
+__device__ __forceinline__ void wg_bf16_store(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+{
+    if constexpr (SWAP) wg_swap_store_bf16<GLU>(g, d, p, h, t);
+    else wg_store_bf16<GLU>(g, d, p, h, t);
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
