@@ -8,6 +8,7 @@
 #include "test_util.h"
 
 #include "core/knobs.h"
+#include "kernels/split_kernels.h" /* moe_ep_bf16_swapped */
 #include "tune/knob_cache.h"
 
 #include <fcntl.h>
@@ -664,6 +665,18 @@ static void test_layer_api(moe_ep_group_t g)
     moe_ep_layer_destroy(l);
 }
 
+/* The bf16 tile's form per forward (split_kernels.h): swapped where experts
+ * get 128 < rows <= 512 on average, the same rule for split and mega. */
+static void test_bf16_swapped_rule(void)
+{
+    static const struct { long long rows; int E, want; } c[] = {
+        {128 * 48, 48, 0}, {128 * 48 + 1, 48, 1}, {256 * 48, 48, 1}, {512 * 48, 48, 1},
+        {512 * 48 + 1, 48, 0}, {6 * 512, 32, 0}, {6 * 2048, 32, 1}, {6 * 8192, 32, 0}, {0, 8, 0}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        EXPECT(moe_ep_bf16_swapped(c[i].rows, c[i].E) == c[i].want, "moe_ep_bf16_swapped(%lld, %d) != %d", c[i].rows,
+               c[i].E, c[i].want);
+}
+
 int main(void)
 {
     uint64_t rng = test_seed();
@@ -678,6 +691,7 @@ int main(void)
     test_fuzz(&rng);
     test_concurrent_writers();
     test_cache_path();
+    test_bf16_swapped_rule();
     moe_ep_group_t g = NULL;
     EXPECT(moe_ep_group_create_emulated(2, -1, &g) == MOE_EP_SUCCESS, "group");
     test_precedence(g);
