@@ -52,7 +52,7 @@ with tempfile.TemporaryDirectory() as d:
     large = [l for l in rows if l.split('|')[3].strip() == '2048']
     check(len(decode) == 2 and len(large) == 2, 'one split and one mega row per T')
     check(any('| bytes | 1.05 |' in l for l in decode), 'T = 8: the floor is bytes, stage / floor 1.05')
-    check(any('| FLOPs | 2.00 |' in l and 'L2 throughput' in l for l in large),
+    check(any('| FLOPs | 2.00 |' in l and "the wgmma's M" in l for l in large),
           'T = 2048: the floor is FLOPs, 2.00, with its limit')
     mega = f'| {1400.0 / float(f"{FLOPS_2048:.1f}"):.2f} | 1.25 | 1.077 |'
     check(any(mega in l for l in large), 'mega row: fwd / floor, target 1.25, mega / split 1.077')
