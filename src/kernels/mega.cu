@@ -820,7 +820,7 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
         for (int i = 0; i < 128; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
         /* p.g1: the waits' bound; gathered A: fenced per stage (free: 0.99-1.01 without it) */
         wg_bf16_mma<SWAP>(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather,
-                    sh->run_q[q & 1][4]); /* swapped or not by the tile's valid rows */
+                    sh->run_q[q & 1][4]); /* SWAP: this instance's form, the width from the valid rows */
         const mega_params &p = *pinned(&p_); /* as run_produce */
         const int32_t *dq = pinned(sh)->run_q[q & 1];
         tile_pos tp;

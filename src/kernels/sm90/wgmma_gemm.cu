@@ -132,8 +132,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wg_bf16(gemm_args 
 /* The bf16-output kernel of one GEMM: GLU by its shape, SWAP by the forward. */
 static const void *wg_bf16_kernel(bool glu, bool swap)
 {
-    return glu ? (swap ? (const void *)grouped_gemm_wg_bf16<true, true> : (const void *)grouped_gemm_wg_bf16<true, false>)
-               : (swap ? (const void *)grouped_gemm_wg_bf16<false, true> : (const void *)grouped_gemm_wg_bf16<false, false>);
+    static const void *const kernels[2][2] = {
+        {(const void *)grouped_gemm_wg_bf16<false, false>, (const void *)grouped_gemm_wg_bf16<false, true>},
+        {(const void *)grouped_gemm_wg_bf16<true, false>, (const void *)grouped_gemm_wg_bf16<true, true>}};
+    return kernels[glu][swap];
 }
 
 /* Grid: the SMs given to the layer (num_sms), at most the tiles' upper bound

@@ -166,13 +166,15 @@ __device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s,
 /* One m64 block's outputs: d[4 j ..] (GLU: the gate, up[4 j ..] its up) of
  * weight rows R, R + 8 into output columns col (R's even partner), col + 8
  * of the tile's rows c < rows_valid; row: output row 0 of this lane's pair
- * (the even lane's c0, the odd lane's c0 + 1), pitch: bytes an output row. */
-template <int NJ, bool GLU>
+ * (the even lane's c0, the odd lane's c0 + 1), pitch: bytes an output row.
+ * All 16 blocks of 8 tile rows, each stored where its rows are valid: the
+ * accumulators past the tile's width were never written and are never stored. */
+template <bool GLU>
 __device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, const float *up, uint8_t *row,
                                                     int64_t pitch, int c_lane, int rows_valid, bool odd)
 {
 #pragma unroll
-    for (int j = 0; j < NJ; j++)
+    for (int j = 0; j < 16; j++)
 #pragma unroll
         for (int q = 0; q < 2; q++) { /* weight rows R, R + 8 */
             float v0 = d[4 * j + 2 * q], v1 = d[4 * j + 2 * q + 1]; /* tile rows c0, c0 + 1 */
@@ -186,15 +188,14 @@ __device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const fl
         }
 }
 
-/* The swapped tile's bf16 outputs (NJ = nw / 8 blocks of 8 tile rows), as
- * wg_store_bf16 rounds them. GLU: output column n0 / 2 + 64 h + R is the
+/* The swapped tile's bf16 outputs, as wg_store_bf16 rounds them. GLU: output column n0 / 2 + 64 h + R is the
  * SwiGLU of gate d[4 j ..] and up d[64 + 4 j ..]; else d[64 b ..] is column
  * n0 + 128 b + 64 h + R. Lanes L and L ^ 4 hold R even and odd: one shuffle
  * a value pair makes a bf16x2 of columns (R even, R + 1), the even lane's at
  * tile row c, the odd lane's at c + 1. The two blocks are stored one after
  * the other (written as one loop over both, ptxas spilled split's tile). */
-template <int NJ, bool GLU>
-__device__ __forceinline__ void wg_swap_store_nj(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+template <bool GLU>
+__device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
 {
     const int warp = t / 32, lane = t % 32;
     const bool odd = (lane / 4) & 1;
@@ -202,20 +203,12 @@ __device__ __forceinline__ void wg_swap_store_nj(const gemm_args &g, const float
     const int c_lane = 2 * (lane % 4) + (odd ? 1 : 0), r_even = (16 * warp + lane / 4) & ~1;
     uint8_t *row = g.out + (p.row0 + c_lane) * pitch;
     if constexpr (GLU) {
-        wg_swap_store_block<NJ, true>(g, d, d + 64, row + 2 * (p.n0 / 2 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
+        wg_swap_store_block<true>(g, d, d + 64, row + 2 * (p.n0 / 2 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
     } else {
-        wg_swap_store_block<NJ, false>(g, d, d, row + 2 * (p.n0 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
-        wg_swap_store_block<NJ, false>(g, d + 64, d, row + 2 * (p.n0 + 128 + 64 * h + r_even), pitch, c_lane,
+        wg_swap_store_block<false>(g, d, d, row + 2 * (p.n0 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
+        wg_swap_store_block<false>(g, d + 64, d, row + 2 * (p.n0 + 128 + 64 * h + r_even), pitch, c_lane,
                                        p.rows_valid, odd);
     }
-}
-
-template <bool GLU>
-__device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
-{
-    /* all 16 blocks, each stored where its rows are valid: the accumulators
-     * past the width were never written and are never stored */
-    wg_swap_store_nj<16, GLU>(g, d, p, h, t);
 }
 
 /* The producer, by one thread: K steps 0..n_k-1 into a ring of NS stages
