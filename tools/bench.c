@@ -62,7 +62,7 @@ static void usage_bench(void)
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
            "                    [--wire bf16|mxfp8|fp4] [--ranks R | --nccl] [--iters N] [--warmup N]\n"
-           "                    [--fp8-fast-accum] [--tile-rows R] [--out FILE]\n"
+           "                    [--fp8-fast-accum] [--tile-rows R] [--sustain-ms MS] [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
            "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
            "  tokens routed uniformly over all R E/8 experts (R = 8: the emulated EP8 group).\n"
@@ -74,6 +74,8 @@ static void usage_bench(void)
            "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the register tile's QGMMA instances).\n"
            "  --tile-rows R (16, 32, 64, 128): every layer's explicit knobs.gemm_tile_rows instead of the\n"
            "  heuristic's (to sweep its bounds); a path that does not run R fails its cells.\n"
+           "  --sustain-ms MS (default 200; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
+           "  so that every cell is timed in the power-capped state its floor's ceilings are measured in.\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -120,6 +122,7 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
     if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
+    if (strcmp(k, "--sustain-ms") == 0) return (o->sustain_ms = atoi(v)) >= 0 ? 0 : -1;
     if (strcmp(k, "--ranks") == 0) return (o->ranks = atoi(v)) >= 1 && o->ranks <= SLICE_MAX_RANKS ? 0 : -1;
     if (strcmp(k, "--tile-rows") == 0) {
         o->tile_rows = atoi(v);
@@ -148,7 +151,7 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
     parse_tokens(o, "8,64,512,2048,8192");
     parse_paths(o, "all");
     parse_backends(o, "split");
-    o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1;
+    o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1, o->sustain_ms = 200;
     o->nccl = take_flag(&argc, argv, "--nccl");
     o->fp8_fast_accum = take_flag(&argc, argv, "--fp8-fast-accum");
     int r = slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
@@ -159,11 +162,22 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
 
 /* ---- ceilings ------------------------------------------------------------------------ */
 
+/* The ceilings, each measured twice. Sustained (the floors use these): timed
+ * after SUSTAIN_MS of the same step back to back. The H200 caps its power
+ * (700 W): under sustained tensor work its SM clock fell from 1980 MHz to
+ * ~1470 within ~100 ms (nvidia-smi beside the bench, 2026-12-02), and every
+ * bench cell runs in that state, its warm-up and timed calls enqueued back to
+ * back. Burst (*_burst; reported only): the first steps after the GPU idled,
+ * at clocks not yet capped. */
 typedef struct {
     double copy_bps, bf16_flops, fp8_flops;
+    double copy_burst_bps, bf16_burst_flops, fp8_burst_flops;
     int fp8_estimated;
     char fp8_note[160];
 } ceilings_t;
+
+#define SUSTAIN_MS 500.0 /* back-to-back steps before a sustained ceiling is timed */
+#define SUSTAIN_ITERS 20
 
 typedef struct {
     void *a, *b, *c;
@@ -177,6 +191,15 @@ typedef struct {
     size_t workspace_bytes;
 } gemm_ctx_t;
 
+/* Step `op` timed in a burst (3 warm-up, 10 timed: *burst_us) and then sustained
+ * (SUSTAIN_MS of steps, then SUSTAIN_ITERS timed: *us); medians in us. */
+static int time_ceiling(void *ctx, step_fn op, cudaStream_t s, double *burst_us, double *us)
+{
+    if (!slice_time_steps(ctx, NULL, op, 3, 10, s, burst_us)) return 0;
+    int warm = (int)(SUSTAIN_MS * 1e3 / (*burst_us > 1.0 ? *burst_us : 1.0)) + 1;
+    return slice_time_steps(ctx, NULL, op, warm, SUSTAIN_ITERS, s, us);
+}
+
 static int copy_step(void *ctx, int iter, cudaStream_t s)
 {
     gemm_ctx_t *g = ctx;
@@ -184,16 +207,17 @@ static int copy_step(void *ctx, int iter, cudaStream_t s)
     return CK(cudaMemcpyAsync(g->b, g->a, g->bytes, cudaMemcpyDeviceToDevice, s));
 }
 
-static int measure_copy(cudaStream_t s, double *bps)
+static int measure_copy(cudaStream_t s, ceilings_t *c)
 {
     gemm_ctx_t g;
     memset(&g, 0, sizeof g);
     g.bytes = COPY_BYTES;
-    double us = 0;
+    double us = 0, burst_us = 0;
     int ok = CK(cudaMalloc(&g.a, g.bytes)) && CK(cudaMalloc(&g.b, g.bytes));
     ok = ok && CK(cudaMemsetAsync(g.a, 0x5A, g.bytes, s));
-    ok = ok && slice_time_steps(&g, NULL, copy_step, 2, 10, s, &us);
-    if (ok) *bps = 2.0 * (double)g.bytes / (us * 1e-6); /* read + write */
+    ok = ok && time_ceiling(&g, copy_step, s, &burst_us, &us);
+    if (ok) /* read + write */
+        c->copy_bps = 2.0 * (double)g.bytes / (us * 1e-6), c->copy_burst_bps = 2.0 * (double)g.bytes / (burst_us * 1e-6);
     if (g.a) CK(cudaFree(g.a));
     if (g.b) CK(cudaFree(g.b));
     return ok;
@@ -243,13 +267,15 @@ static int random_operands(gemm_ctx_t *g, int bytes_per_elem)
     return ok;
 }
 
-static int measure_bf16(gemm_ctx_t *g, cudaStream_t s, double *flops)
+#define GEMM_FLOPS (2.0 * GEMM_N * GEMM_N * (double)GEMM_N)
+
+static int measure_bf16(gemm_ctx_t *g, cudaStream_t s, ceilings_t *c)
 {
-    double us = 0;
+    double us = 0, burst_us = 0;
     int ok = random_operands(g, 2) && CB(cublasCreate(&g->blas));
     ok = ok && CB(cublasSetStream(g->blas, s));
-    ok = ok && slice_time_steps(g, NULL, bf16_gemm_step, 3, 10, s, &us);
-    if (ok) *flops = 2.0 * GEMM_N * GEMM_N * (double)GEMM_N / (us * 1e-6);
+    ok = ok && time_ceiling(g, bf16_gemm_step, s, &burst_us, &us);
+    if (ok) c->bf16_flops = GEMM_FLOPS / (us * 1e-6), c->bf16_burst_flops = GEMM_FLOPS / (burst_us * 1e-6);
     if (g->blas) CB(cublasDestroy(g->blas));
     return ok;
 }
@@ -284,12 +310,12 @@ static void teardown_fp8(gemm_ctx_t *g)
     if (g->lt) CB(cublasLtDestroy(g->lt));
 }
 
-static int measure_fp8(gemm_ctx_t *g, cudaStream_t s, double *flops)
+static int measure_fp8(gemm_ctx_t *g, cudaStream_t s, ceilings_t *c)
 {
-    double us = 0;
+    double us = 0, burst_us = 0;
     int ok = random_operands(g, 1) && setup_fp8(g);
-    ok = ok && slice_time_steps(g, NULL, fp8_gemm_step, 3, 10, s, &us);
-    if (ok) *flops = 2.0 * GEMM_N * GEMM_N * (double)GEMM_N / (us * 1e-6);
+    ok = ok && time_ceiling(g, fp8_gemm_step, s, &burst_us, &us);
+    if (ok) c->fp8_flops = GEMM_FLOPS / (us * 1e-6), c->fp8_burst_flops = GEMM_FLOPS / (burst_us * 1e-6);
     teardown_fp8(g);
     return ok;
 }
@@ -302,10 +328,10 @@ static int measure_gemms(cudaStream_t s, ceilings_t *c)
     g.workspace_bytes = (size_t)64 << 20;
     int ok = CK(cudaMalloc(&g.a, 2 * n)) && CK(cudaMalloc(&g.b, 2 * n)) && CK(cudaMalloc(&g.c, 2 * n));
     ok = ok && CK(cudaMalloc(&g.workspace, g.workspace_bytes));
-    ok = ok && measure_bf16(&g, s, &c->bf16_flops);
-    if (ok && !measure_fp8(&g, s, &c->fp8_flops)) {
+    ok = ok && measure_bf16(&g, s, c);
+    if (ok && !measure_fp8(&g, s, c)) {
         CK(cudaGetLastError());
-        c->fp8_flops = 2.0 * c->bf16_flops, c->fp8_estimated = 1;
+        c->fp8_flops = 2.0 * c->bf16_flops, c->fp8_burst_flops = 2.0 * c->bf16_burst_flops, c->fp8_estimated = 1;
         snprintf(c->fp8_note, sizeof c->fp8_note, "estimated as 2x BF16: cublasLt FP8 GEMM failed (see above)");
         fprintf(stderr, "moe_ep bench: %s\n", c->fp8_note);
     }
@@ -440,6 +466,22 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
 }
 #endif
 
+/* Warm-up rounds for one T's cells: o->warmup, or more, so that they last
+ * o->sustain_ms (one untimed probe round gives a round's time): a cell is then
+ * timed in the power-capped state the sustained ceilings were measured in,
+ * not partly at the clocks of a GPU that idled while the layers were built
+ * (cells of T >= 2048 are FLOP-bound and sustained ~1 s or more anyway).
+ * -1 on a failed probe. */
+static int sustained_warmup(const bench_opts_t *o, void *const *ctx, int m, cudaStream_t s)
+{
+    double us[MOE_EP_BACKEND_COUNT_], round_us = 0;
+    if (o->sustain_ms <= 0) return o->warmup;
+    if (!slice_time_interleaved(ctx, m, slice_flush_step, slice_forward_step, 0, 1, s, us)) return -1;
+    for (int k = 0; k < m; k++) round_us += us[k];
+    const double want = 1e3 * o->sustain_ms / (round_us > 1.0 ? round_us : 1.0);
+    return want > o->warmup ? (want < 1e6 ? (int)want + 1 : 1000000) : o->warmup;
+}
+
 /* The forwards of every backend alive at one T, timed in turn round by round
  * (slice_time_interleaved); then the split backend's expert stage alone. */
 static void time_cells(const bench_opts_t *o, moe_ep_group_t *g, run_ctx_t *c, const int *ok, cudaStream_t s,
@@ -451,7 +493,8 @@ static void time_cells(const bench_opts_t *o, moe_ep_group_t *g, run_ctx_t *c, c
     for (int b = 0; b < n; b++)
         if (ok[b]) idx[m] = b, ctx[m++] = &c[b];
     if (m == 0) return;
-    int timed = slice_time_interleaved(ctx, m, slice_flush_step, slice_forward_step, o->warmup, o->iters, s, us);
+    const int warmup = sustained_warmup(o, ctx, m, s);
+    int timed = warmup >= 0 && slice_time_interleaved(ctx, m, slice_flush_step, slice_forward_step, warmup, o->iters, s, us);
     for (int k = 0; k < m; k++) {
         int b = idx[k];
         cells[b].fwd_us = us[k];
@@ -580,10 +623,15 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
     const ceilings_t *c = &h->ceil;
     fprintf(f, "# moe_ep bench\n\n");
     fprintf(f, "- device: %s\n- date: %s\n- commit: %s\n", h->st.device, h->st.date, h->st.commit);
-    fprintf(f, "- copy bandwidth (D2D memcpy of 2 GiB, read + write, median of 10): %.2f TB/s\n", c->copy_bps / 1e12);
-    fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
-    fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): %.0f TFLOP/s%s%s\n",
+    fprintf(f, "- ceilings sustained (the floors use these): median of %d after %.0f ms of the same step back to back,"
+               " the power-capped state every cell is timed in\n", SUSTAIN_ITERS, SUSTAIN_MS);
+    fprintf(f, "- copy bandwidth (D2D memcpy of 2 GiB, read + write, sustained): %.2f TB/s\n", c->copy_bps / 1e12);
+    fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute, sustained): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
+    fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out, sustained): %.0f TFLOP/s%s%s\n",
             c->fp8_flops / 1e12, c->fp8_estimated ? " -- " : "", c->fp8_estimated ? c->fp8_note : "");
+    fprintf(f, "- the same in a burst (median of 10 after 3, the GPU idle before; not used): copy %.2f TB/s,"
+               " BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s\n",
+            c->copy_burst_bps / 1e12, c->bf16_burst_flops / 1e12, c->fp8_burst_flops / 1e12);
     if (o->fp8_fast_accum) fprintf(f, "- fp8_fast_accum: on (fp8_block GEMMs on the register tile's QGMMA instances)\n");
     if (o->tile_rows) fprintf(f, "- knobs: gemm_tile_rows %d on every layer (--tile-rows; not the heuristic's)\n", o->tile_rows);
     if (o->ranks == 1)
@@ -592,9 +640,10 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
         fprintf(f, "- emulated group of %d ranks on one GPU, E/8 experts each (the slice's weights on every rank),"
                    " T tokens per rank routed uniformly over all %d x E/8 experts; floor = %d x the slice's;",
                 o->ranks, o->ranks, o->ranks);
-    fprintf(f, " wire %s; median of %d iterations after %d warm-up; L2 flushed before each timed call;"
+    fprintf(f, " wire %s; median of %d iterations after %d warm-up rounds or more, lasting at least %d ms;"
+               " L2 flushed before each timed call;"
                " inputs rotate over >= 2 sets; at each T a path's backends' forwards are timed in turn (one each per round, the order reversed every other round)\n",
-            moe_ep_wire_name(o->wire), o->iters, o->warmup);
+            moe_ep_wire_name(o->wire), o->iters, o->warmup, o->sustain_ms);
     fprintf(f, "- floor = max(bytes / copy bandwidth, FLOPs / tensor rate); FLOPs = 2*rows*3*H*I; bytes ="
                " weights of the experts hit (path format) + x and out (bf16) + rows*H (activation format)"
                " + rows*H (wire format); FP8 rate for mxfp8, w4a8, fp8_block, BF16 rate for bf16, nvfp4\n");
@@ -669,9 +718,10 @@ static void print_report(FILE *f, const void *ctx)
 static int measure_ceilings(cudaStream_t s, ceilings_t *c)
 {
     fprintf(stderr, "measuring ceilings (copy 2 GiB, GEMM 8192^3 BF16 and FP8)\n");
-    if (!measure_copy(s, &c->copy_bps) || !measure_gemms(s, c)) return 0;
-    fprintf(stderr, "copy %.2f TB/s, BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s%s\n", c->copy_bps / 1e12,
-            c->bf16_flops / 1e12, c->fp8_flops / 1e12, c->fp8_estimated ? " (estimated)" : "");
+    if (!measure_copy(s, c) || !measure_gemms(s, c)) return 0;
+    fprintf(stderr, "sustained: copy %.2f TB/s, BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s%s; burst: %.2f, %.0f, %.0f\n",
+            c->copy_bps / 1e12, c->bf16_flops / 1e12, c->fp8_flops / 1e12, c->fp8_estimated ? " (estimated)" : "",
+            c->copy_burst_bps / 1e12, c->bf16_burst_flops / 1e12, c->fp8_burst_flops / 1e12);
     return 1;
 }
 

@@ -16,9 +16,11 @@ FLOPS_2048 = 1e6 * 2.0 * 2048 * 6 * 3.0 * 4096 * 2048 / 800e12
 
 BENCH = f"""# moe_ep bench
 
-- copy bandwidth (D2D memcpy of 2 GiB, read + write, median of 10): 4.27 TB/s
-- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute): 800 TFLOP/s
-- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out): 1600 TFLOP/s
+- ceilings sustained (the floors use these): median of 20 after 500 ms of the same step back to back, the power-capped state every cell is timed in
+- copy bandwidth (D2D memcpy of 2 GiB, read + write, sustained): 4.27 TB/s
+- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute, sustained): 800 TFLOP/s
+- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out, sustained): 1600 TFLOP/s
+- the same in a burst (median of 10 after 3, the GPU idle before; not used): copy 4.30 TB/s, BF16 900 TFLOP/s, FP8 1800 TFLOP/s
 
 | geometry | T | bf16 split stage | bf16 split floor | bf16 split ratio | bf16 split fwd | bf16 split fwd ratio | bf16 mega stage | bf16 mega floor | bf16 mega ratio | bf16 mega fwd | bf16 mega fwd ratio |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# device (~320 s): issue #4's tables with a carried moe_ep binary (gzipped in build-carry/):
+# the EP8 slice, then the emulated EP8 group one geometry a call, with nvidia-smi's SM clock and
+# power sampled throughout; everything tarred into $OUT/tables.tgz (the device returns <= 8 files).
+#   dev/issue4_run.sh build-carry/moe_ep_X [extra bench args]      (run with carry build-carry)
+# Then: tar -xzf tables.tgz; scripts/issue_tables.py t/slice.md; ... t/r8_flash.md t/r8_pro.md
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
+B=${1:?binary}; shift
+[ -x "$B" ] || { gunzip -kf "$B.gz" && chmod +x "$B"; } || exit 1
+t0=$(date +%s)
+A="--paths bf16,mxfp8,w4a8,nvfp4,fp8_block --backends split,mega --tokens 8,64,512,2048,8192 --iters 20 --warmup 3 $*"
+mkdir -p $OUT/t
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw.instant,clocks_event_reasons.active --format=csv,noheader -lms 100 > $OUT/t/smi.csv 2>/dev/null &
+smi=$!
+$B bench --out $OUT/t/slice.md $A > $OUT/t/slice.log 2>&1; echo "slice rc=$? $(( $(date +%s)-t0 )) s"
+$B bench --ranks 8 --geometry ds-v4-flash --out $OUT/t/r8_flash.md $A > $OUT/t/r8_flash.log 2>&1; echo "r8 flash rc=$? $(( $(date +%s)-t0 )) s"
+$B bench --ranks 8 --geometry ds-v4-pro --out $OUT/t/r8_pro.md $A > $OUT/t/r8_pro.log 2>&1; echo "r8 pro rc=$? $(( $(date +%s)-t0 )) s"
+kill $smi
+grep -h "^- .*TFLOP\|^- copy\|^- the same" $OUT/t/slice.md $OUT/t/r8_pro.md
+python3 - $OUT/t/smi.csv <<'PY'
+import sys, statistics
+rows = [l.strip().split(', ') for l in open(sys.argv[1]) if l.count(',') >= 3]
+busy = [r for r in rows if float(r[2].split()[0]) > 400]
+cl = sorted(int(r[1].split()[0]) for r in busy)
+print(f"nvidia-smi: {len(rows)} samples, {len(busy)} above 400 W: SM clock median {statistics.median(cl) if cl else 0} MHz,"
+      f" p10 {cl[len(cl) // 10] if cl else 0}, p90 {cl[9 * len(cl) // 10] if cl else 0};"
+      f" power-capped (reason 0x4) in {sum(1 for r in busy if int(r[3], 16) & 4)}")
+PY
+tar -C $OUT -czf $OUT/tables.tgz t && rm -rf $OUT/t
+echo "total $(( $(date +%s)-t0 )) s"
