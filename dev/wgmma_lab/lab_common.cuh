@@ -95,6 +95,39 @@ static double lab_mean_cycles(const char *name, const long long *dev_cycles, int
 
 /* best_ms = the fastest of iters runs of the launch statement (the variadic
  * arguments, so a <<<grid, block>>> launch with commas fits), timed with events. */
+/* The median of `iters` launches timed after `warm_ms` of the same launch back
+ * to back: the GPU then runs at the clock its power cap allows for this
+ * kernel (the H200 holds 700 W by lowering its SM clock to ~1470 MHz under
+ * sustained tensor work, 1980 MHz idle), as in a sustained bench cell, not at
+ * the clock of a GPU that idled. */
+#define LAB_TIME_SUSTAINED(median_ms, iters, warm_ms, ...)                           \
+    do {                                                                             \
+        cudaEvent_t ev_[2 * 64 + 2];                                                 \
+        const int n_ = (iters) < 64 ? (iters) : 64;                                  \
+        for (int i_ = 0; i_ < 2 * n_ + 2; i_++) CHECK(cudaEventCreate(&ev_[i_]));   \
+        float one_ms_, ms_[64];                                                      \
+        CHECK(cudaEventRecord(ev_[0]));                                              \
+        __VA_ARGS__;                                                                 \
+        CHECK(cudaEventRecord(ev_[1]));                                              \
+        CHECK(cudaEventSynchronize(ev_[1]));                                         \
+        CHECK(cudaEventElapsedTime(&one_ms_, ev_[0], ev_[1]));                       \
+        const int warm_ = (int)((warm_ms) / (one_ms_ > 1e-3f ? one_ms_ : 1e-3f)) + 1; \
+        for (int i_ = 0; i_ < warm_; i_++) { __VA_ARGS__; }                         \
+        for (int i_ = 0; i_ < n_; i_++) {                                            \
+            CHECK(cudaEventRecord(ev_[2 + 2 * i_]));                                 \
+            __VA_ARGS__;                                                             \
+            CHECK(cudaEventRecord(ev_[3 + 2 * i_]));                                 \
+        }                                                                            \
+        CHECK(cudaEventSynchronize(ev_[1 + 2 * n_]));                                \
+        for (int i_ = 0; i_ < n_; i_++) CHECK(cudaEventElapsedTime(&ms_[i_], ev_[2 + 2 * i_], ev_[3 + 2 * i_])); \
+        for (int i_ = 1; i_ < n_; i_++) /* insertion sort: n_ <= 64 */               \
+            for (int j_ = i_; j_ > 0 && ms_[j_] < ms_[j_ - 1]; j_--) {               \
+                float x_ = ms_[j_]; ms_[j_] = ms_[j_ - 1], ms_[j_ - 1] = x_;        \
+            }                                                                        \
+        median_ms = ms_[n_ / 2];                                                     \
+        for (int i_ = 0; i_ < 2 * n_ + 2; i_++) cudaEventDestroy(ev_[i_]);          \
+    } while (0)
+
 #define LAB_TIME_BEST(best_ms, iters, ...)                        \
     do {                                                          \
         cudaEvent_t e0_, e1_;                                     \
