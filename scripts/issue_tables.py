@@ -37,8 +37,8 @@ LIMITS = {
     ('bf16', 'above'): 'partial tiles: the wgmma\'s M is 64 rows a warpgroup, so a tile of 90 rows '
                        'does 128 rows of tensor work (swapped where experts get 128-512 rows: '
                        'pro T = 2048 0.91-0.93; not at 8192, where swapping lost 1.5-3 %), and 128-row '
-                       'tiles at 87-90 % of the BF16 rate (dense lab: 697-748 TFLOP/s; L2 does not '
-                       'bind it) ["The bf16 tile swapped", "Spread rows"]',
+                       'tiles at 0.94 of cuBLAS\'s sustained rate (dense lab sustained: 637 TFLOP/s; '
+                       'L2 does not bind it) ["The bench at the power cap", "The bf16 tile swapped"]',
     ('fp8_block', 'decode'): 'instructions: the producer widens E4M3 to fp16 and the consumers '
                              'promote per 128 K on 3 warps per scheduler (0.38 IPC; weights at '
                              '2.5 TB/s, not HBM-bound) ["Decode on the register tile"]',
