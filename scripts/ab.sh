@@ -7,7 +7,10 @@
 # SRC_A is the base; each other tree is compared with it. `.` is this tree.
 # A SRC that is an executable file is a `moe_ep` binary built before (e.g.
 #   on the CI machine, carried: it saves the device's build time; compare
-#   only binaries from one compiler). SRC.gz alone is unpacked first.
+#   only binaries from one compiler, and only binaries whose bench times
+#   cells alike: before 643bc29 a cell had no sustained warm-up, so its
+#   short cells ran partly at the clocks of an idle GPU, 0-13 % faster
+#   than since). SRC.gz alone is unpacked first.
 #   Another commit, carried to the machine:
 #   git archive REF | tar -x -C build-carry/a   (run with carry build-carry)
 # AB_CMAKE_A, AB_CMAKE_B, ...: extra cmake arguments of each build, for
@@ -16,7 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-usage() { sed -n '2,15p' "$0"; exit 2; }
+usage() { sed -n '2,18p' "$0"; exit 2; }
 [ $# -ge 4 ] || usage
 rounds=$1; shift
 labels=() srcs=()
