@@ -124,9 +124,12 @@ static inline int moe_ep_single_tile_rows(long long rows, int E)
  * rounds): pro T = 2048 (256 an expert) fwd 0.90-0.93; T = 512 (64, 96)
  * 1.00-1.02 split, 1.02-1.09 mega; T = 8192 (1024, 1536) 1.015-1.03.
  * The same bits either way. */
+#ifndef MOE_EP_BF16_SWAP_MIN_ROWS /* a compile-time switch for A/B builds of the rule's lower bound */
+#define MOE_EP_BF16_SWAP_MIN_ROWS 128
+#endif
 static inline int moe_ep_bf16_swapped(long long rows, int E)
 {
-    return rows > 128LL * E && rows <= 512LL * E;
+    return rows > (long long)MOE_EP_BF16_SWAP_MIN_ROWS * E && rows <= 512LL * E;
 }
 
 /* Tile rows a single-tile layer accepts as knobs (the register tile's
