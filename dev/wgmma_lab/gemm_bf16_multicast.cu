@@ -37,6 +37,11 @@
  *              1.06-1.13 at pro GEMM1 T = 8192 (not understood).
  *   claimed:   tiles claimed from an atomic counter (as mega), not block +
  *              k x grid.
+ *   gathered:  A's rows read through a row map, as mega's GEMM1 reads x: by
+ *              cp.async (mega's form) or one TMA a row (`mc_lab gather [MS]`;
+ *              written in the thirty-second session, not run yet).
+ *   `mc_lab sustained MS`: forms timed after MS of their own launches (the
+ *              power cap: docs/benchmarks.md, "The bench at the power cap").
  *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
@@ -90,6 +95,8 @@ struct lab_args {
     const int4 *swap; /* the swapped tiles: (row0, tokens nt <= 256, expert, n0: 128 weight rows) */
     int n_swap;
     unsigned *counter; /* DYN: the next tile to claim, zeroed before each launch */
+    const __nv_bfloat16 *A_src; /* gathered forms: A's rows in token order (row i of A is row row_src[i] here) */
+    const int *row_src;
 };
 
 __device__ __forceinline__ uint32_t cluster_rank()
@@ -214,6 +221,42 @@ __device__ __forceinline__ void wide_tile(const lab_args &g, smem_t &s, float *d
     wgmma_wait<0>();
     release_stage<false, ALL>(&s.empty[(kg - 2) % STAGES], lane, 0u);
     release_stage<false, ALL>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+}
+
+/* Warpgroup h's K loop of a 128-row tile (rows 64 h ..) into d, every stage
+ * given back; idle: none of its rows valid (waits and gives back only).
+ * FENCE: A came by cp.async (generic proxy), fenced before wgmma reads it. */
+template <bool MC, bool ALL, bool FENCE>
+__device__ __forceinline__ void plain_k_loop(smem_t &s, float *d, int h, int lane, int &kg, int n_k, bool idle,
+                                             uint32_t rank)
+{
+    for (int kt = 0; kt < n_k; kt++, kg++) {
+        const int st = kg % STAGES;
+        mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
+        if (!idle) {
+            if (FENCE) fence_proxy_async_shared();
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * BK]) + 2 * kk, smem_desc(&s.b[st][0]) + 2 * kk,
+                                      (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+        }
+        if (kt > 0) release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
+    }
+    wgmma_wait<0>();
+    release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
+}
+
+/* Thread 0 of a one-CTA kernel: the ring's barriers (full: full_arrivals a
+ * phase; empty: one lane of each of the 8 consumer warps). */
+__device__ __forceinline__ void ring_init_cta(smem_t &s, int full_arrivals)
+{
+    if (threadIdx.x != 0) return;
+    tile_wait_arm();
+    for (int i = 0; i < STAGES; i++) mbar_init(&s.full[i], full_arrivals), mbar_init(&s.empty[i], 8);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
 /* The swapped tile (kernel 8): C^T = B . A^T per tile, so the tokens are the
@@ -449,23 +492,7 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
                 swapin_tile_n(g, (valid + SWAPIN - 1) / SWAPIN * SWAPIN, s, h, warp, lane, kg, n_k, row0, valid, n0);
                 continue;
             }
-            const bool idle = 64 * h >= valid;
-            for (int kt = 0; kt < n_k; kt++, kg++) {
-                const int st = kg % STAGES;
-                mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
-                if (!idle) {
-                    wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BK / 16; kk++)
-                        wgmma_m64n256k16_bf16(d, smem_desc(&s.a[st][64 * h * BK]) + 2 * kk,
-                                              smem_desc(&s.b[st][0]) + 2 * kk, (kt > 0 || kk > 0) ? 1 : 0);
-                    wgmma_commit();
-                    wgmma_wait<1>();
-                }
-                if (kt > 0) release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
-            }
-            wgmma_wait<0>();
-            release_stage<MC, ALL>(&s.empty[(kg - 1) % STAGES], lane, rank);
+            plain_k_loop<MC, ALL, false>(s, d, h, lane, kg, n_k, 64 * h >= valid, rank);
             /* D fragment: warp w holds rows 16 w .. 16 w + 15 of the warpgroup's
              * 64; per 8 columns j: d[4j], d[4j+1] at row lane/4, d[4j+2..3] 8 below */
             store_rows(g, d, row0, 64 * h + 16 * warp + lane / 4, valid, n0, lane);
@@ -529,6 +556,91 @@ __global__ void __launch_bounds__(384, 1) gemm_swapin16(const lab_args g, const 
     gemm_body<false, false, true, false, 16>(g, &ta, &tb, &ta);
 }
 
+/* Gathered A (kernels 13, 14; thirty-second session): the tile list's tiles
+ * (static order, as split), with A's rows read through a row map (row i of
+ * the expert-sorted A is row row_src[i] of A_src, tokens in their own order),
+ * as mega's GEMM1 reads its tokens' x rows without a dispatch copy. Does the
+ * gather cost the tile what mega's GEMM1 loses to split's TMA of copied rows?
+ *   GATHER 1, mega's form: every producer thread cp.asyncs 16 bytes of 8
+ *     rows a stage into the 128-byte-swizzled layout (chunk c of row r at
+ *     c ^ r % 8) and arrives when they land (129 arrivals a stage with thread
+ *     0's expect_tx); the consumers fence each stage (generic -> async proxy).
+ *   GATHER 2: one TMA a row (box 64 x 1 over A_src, 128-byte swizzle) from
+ *     the producer's warp 0, lane l rows l + 32 i: TMA swizzles by the
+ *     destination's absolute shared address, so rows copied one by one at
+ *     128-byte steps should land as one 128-row box puts them (the bit-for-bit
+ *     check against the tile list says whether they do). Rows past the valid
+ *     ones are not loaded: their outputs are never stored. */
+template <int GATHER>
+__global__ void __launch_bounds__(384, 1) gemm_gather(const lab_args g, const __grid_constant__ CUtensorMap tb,
+                                                      const __grid_constant__ CUtensorMap ta_row)
+{
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK;
+    ring_init_cta(s, GATHER == 1 ? 129 : 1);
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        int kg = 0;
+        for (int i = blockIdx.x; i < g.n_tiles; i += gridDim.x) {
+            int row0, n0, valid, e;
+            tile_of<false, true>(g, i, row0, n0, valid, e);
+            if (GATHER == 1) {
+                const __nv_bfloat16 *src[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int r = (t >> 3) + 16 * j;
+                    src[j] = r < valid ? g.A_src + (size_t)g.row_src[row0 + r] * g.K + 8 * (t & 7) : NULL;
+                }
+                const uint32_t off = (uint32_t)(t >> 3) * 128u + ((uint32_t)((t & 7) ^ ((t >> 3) & 7)) << 4);
+                for (int kt = 0; kt < n_k; kt++, kg++) {
+                    const int st = kg % STAGES;
+                    mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
+                    if (t == 0) {
+                        mbar_expect_tx(&s.full[st], BN * BK * 2);
+                        tma_load_2d(s.b[st], &tb, &s.full[st], kt * BK, e * g.N + n0);
+                    }
+                    const uint32_t base = smem_u32(s.a[st]) + off;
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        if (src[j]) cp_async16(base + 16u * 128u * (uint32_t)j, src[j] + kt * BK);
+                    cp_async_mbar_arrive(&s.full[st]);
+                }
+            } else if (t < 32) {
+                int src[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) src[j] = t + 32 * j < valid ? g.row_src[row0 + t + 32 * j] : -1;
+                for (int kt = 0; kt < n_k; kt++, kg++) {
+                    const int st = kg % STAGES;
+                    if (t == 0) {
+                        mbar_wait_bounded(&s.empty[st], ((kg / STAGES) & 1) ^ 1, WAIT_NS);
+                        mbar_expect_tx(&s.full[st], (BN + valid) * BK * 2); /* before any row's bytes */
+                        tma_load_2d(s.b[st], &tb, &s.full[st], kt * BK, e * g.N + n0);
+                    }
+                    __syncwarp();
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        if (src[j] >= 0) tma_load_2d(&s.a[st][(t + 32 * j) * BK], &ta_row, &s.full[st], kt * BK, src[j]);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int h = wg - 1, warp = t / 32, lane = t % 32;
+        int kg = 0;
+        for (int i = blockIdx.x; i < g.n_tiles; i += gridDim.x) {
+            int row0, n0, valid, e;
+            tile_of<false, true>(g, i, row0, n0, valid, e);
+            float d[128];
+            plain_k_loop<false, false, GATHER == 1>(s, d, h, lane, kg, n_k, 64 * h >= valid, 0u);
+            store_rows(g, d, row0, 64 * h + 16 * warp + lane / 4, valid, n0, lane);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && tile_wait_failed) atomicAdd(g.failed, 1u);
+}
+
 /* The pair list (make_shape's pairs), balanced rows: every pair shares B or A. */
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_pair_list(const lab_args g, const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb,
@@ -562,11 +674,7 @@ __global__ void __launch_bounds__(384, 1)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     smem_t &s = *(smem_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK;
-    if (threadIdx.x == 0) {
-        tile_wait_arm();
-        for (int i = 0; i < STAGES; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 8);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    ring_init_cta(s, 1);
     __syncthreads();
     if (wg == 0) {
         setmaxnreg_dec<40>();
@@ -621,6 +729,8 @@ struct shape {
     __nv_bfloat16 *A, *B, *C[2];
     int4 *tiles, *pairs, *swap;
     int n_tiles, *row_e, n_pairs, n_swap;
+    __nv_bfloat16 *A_src; /* A's rows in a token order (gathered forms): row i of A at row row_src[i] */
+    int *row_src;
 };
 
 /* The tile list's forms: split's order; the same tiles with every partial
@@ -636,7 +746,7 @@ static int g_list_step = 128; /* LIST_STEP: every tile of g_list_step rows (an e
 
 static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIST_SPLIT_ORDER)
 {
-    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0};
+    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
     int *rows_e = (int *)malloc(sizeof(int) * E);
     for (int e = 0; e < E; e++) /* deterministic, spread over [-jitter, jitter] (uniform routing's spread) */
         rows_e[e] = M_e + (jitter ? (int)(((uint32_t)e * 2654435761u >> 7) % (2 * jitter + 1)) - jitter : 0), sh.rows += rows_e[e];
@@ -711,7 +821,23 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
     CHECK(cudaMemcpy(sh.row_e, hre, sizeof(int) * sh.rows, cudaMemcpyHostToDevice));
     lab_fill_bf16<<<1024, 256>>>(sh.A, (sh.rows + BM) * K, 1234u + M_e);
     lab_fill_bf16<<<4096, 256>>>(sh.B, (size_t)E * N * K, 777u + N);
+    /* the gathered forms' source: row i of A at row row_src[i], a permutation that spreads an
+     * expert's rows over the whole buffer as tokens routed uniformly are */
+    int *hsrc = (int *)malloc(sizeof(int) * sh.rows);
+    for (size_t i = 0; i < sh.rows; i++) hsrc[i] = (int)i;
+    for (size_t i = sh.rows - 1; i > 0; i--) { /* Fisher-Yates, a fixed seed */
+        const size_t j = ((uint64_t)i * 2654435761u + 12345u) % (i + 1);
+        const int x = hsrc[i];
+        hsrc[i] = hsrc[j], hsrc[j] = x;
+    }
+    CHECK(cudaMalloc(&sh.A_src, sh.rows * K * 2));
+    CHECK(cudaMalloc(&sh.row_src, sizeof(int) * sh.rows));
+    CHECK(cudaMemcpy(sh.row_src, hsrc, sizeof(int) * sh.rows, cudaMemcpyHostToDevice));
     CHECK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < sh.rows; i++) /* row by row: a 2D copy of one row each */
+        CHECK(cudaMemcpyAsync(sh.A_src + (size_t)hsrc[i] * K, sh.A + i * K, (size_t)K * 2, cudaMemcpyDeviceToDevice));
+    CHECK(cudaDeviceSynchronize());
+    free(hsrc);
     free(rows_e), free(ht), free(hp), free(hs), free(hre);
     return sh;
 }
@@ -719,6 +845,7 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
 static void free_shape(shape &sh)
 {
     cudaFree(sh.A), cudaFree(sh.B), cudaFree(sh.C[0]), cudaFree(sh.C[1]), cudaFree(sh.tiles), cudaFree(sh.pairs), cudaFree(sh.swap), cudaFree(sh.row_e);
+    cudaFree(sh.A_src), cudaFree(sh.row_src);
 }
 
 /* Outputs v of the shape: bf16 bits on the host. */
@@ -740,7 +867,8 @@ static size_t g_smem;
 static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh,
                    const CUtensorMap &ta64, const CUtensorMap *sw)
 {
-    lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles, sh.pairs, sh.n_pairs, sh.swap, sh.n_swap, g_counter};
+    lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles, sh.pairs, sh.n_pairs, sh.swap, sh.n_swap, g_counter,
+                  sh.A_src, sh.row_src};
     switch (k) {
     case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
@@ -754,14 +882,16 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
     case 9: gemm_swapin<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
     case 10: gemm_swapin16<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
     case 11: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_list_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
-    default: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_swapin_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 12: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_swapin_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
+    case 13: gemm_gather<1><<<g_sms, 384, g_smem>>>(g, tb, sw[5]); break;
+    default: gemm_gather<2><<<g_sms, 384, g_smem>>>(g, tb, sw[5]); break;
     }
     CHECK(cudaGetLastError());
 }
 
-static const char *kernel_name[13] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
+static const char *kernel_name[15] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
                                      "multicast", "pair, no multicast", "plain in clusters", "pair list", "swapped", "swapped in place", "swapped in place, 16",
-                                      "tile list, claimed", "swapped in place, claimed"};
+                                      "tile list, claimed", "swapped in place, claimed", "gathered, cp.async", "gathered, a TMA a row"};
 
 /* Kernels ks[0..n) on one shape: outputs against kernel ks[0]'s bit for bit
  * (and ks[0] against the naive GEMM when check), then best-of-iters times. */
@@ -773,10 +903,11 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
     CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
     CUtensorMap ta64 = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 64, BK);
-    CUtensorMap sw[5];
+    CUtensorMap sw[6]; /* [5]: the gathered forms' rows, one a box */
     sw[0] = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, 128, BK);
     for (int i = 0; i < 4; i++)
         sw[1 + i] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 128 >> i, BK);
+    sw[5] = lab_make_map(sh.A_src, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows, K, 1, BK);
     printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles\n", name, E, sh.rows, M_e, jitter, N, K, sh.n_tiles);
     CHECK(cudaMemset(sh.C[0], 0xFF, sh.rows * N * 2)); /* NaN-poisoned */
     CHECK(cudaMemset(g_failed, 0, 4));
@@ -849,6 +980,8 @@ int main(int argc, char **argv)
     CHECK(cudaFuncSetAttribute(gemm_swapin16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_list_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_swapin_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_gather<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_gather<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     /* pairs of SMs in one GPC: fewer than sms / 2 may be resident at once,
      * and a persistent grid must not wait for a second wave */
     cudaLaunchConfig_t cfg = {};
@@ -860,6 +993,16 @@ int main(int argc, char **argv)
     CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)gemm_multicast, &cfg));
     g_grid_mc = 2 * (clusters < g_sms / 2 ? clusters : g_sms / 2);
     printf("%d SMs, %d 2-CTA clusters resident at once: multicast grid %d\n", g_sms, clusters, g_grid_mc);
+    if (argc >= 2 && strcmp(argv[1], "gather") == 0) { /* gathered A rows (mega's GEMM1) against TMA of copied rows */
+        g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 0.0f;
+        const int gk[3] = {2, 13, 14};
+        run("small, gathered", 3, 256, 40, 512, 448, gk, 3, 1, 3, LIST_BALANCED);
+        run("pro GEMM1 T=2048, gathered", 48, 256, 27, 6144, 7168, gk, 3, 0, 5, LIST_BALANCED);
+        run("flash GEMM1 T=2048, gathered", 32, 384, 33, 4096, 4096, gk, 3, 0, 5, LIST_BALANCED);
+        run("pro GEMM1 T=512, gathered", 48, 64, 14, 6144, 7168, gk, 3, 0, 5, LIST_BALANCED);
+        run("flash GEMM1 T=8192, gathered", 32, 1536, 66, 4096, 4096, gk, 3, 0, 3, LIST_BALANCED);
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "sustained") == 0) { /* the thirty-second session's set: forms under the power cap */
         g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 300.0f;
         printf("sustained: each form timed (median of 10) after %.0f ms of its own launches back to back\n", g_sustain_ms);
