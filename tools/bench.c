@@ -75,7 +75,7 @@ static void usage_bench(void)
            "  --tile-rows R (16, 32, 64, 128): every layer's explicit knobs.gemm_tile_rows instead of the\n"
            "  heuristic's (to sweep its bounds); a path that does not run R fails its cells.\n"
            "  --sustain-ms MS (default 200; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
-           "  so that every cell is timed in the power-capped state its floor's ceilings are measured in.\n"
+           "  so that a cell is timed in the steady state its load settles in, as the ceilings are.\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -468,9 +468,10 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
 
 /* Warm-up rounds for one T's cells: o->warmup, or more, so that they last
  * o->sustain_ms (one untimed probe round gives a round's time): a cell is then
- * timed in the power-capped state the sustained ceilings were measured in,
- * not partly at the clocks of a GPU that idled while the layers were built
- * (cells of T >= 2048 are FLOP-bound and sustained ~1 s or more anyway).
+ * timed in the steady state its own load settles in (FLOP-bound cells: the
+ * power cap the sustained ceilings were measured at; memory-bound ones draw
+ * less and keep higher clocks), not partly at the clocks of a GPU that idled
+ * while the layers were built.
  * -1 on a failed probe. */
 static int sustained_warmup(const bench_opts_t *o, void *const *ctx, int m, cudaStream_t s)
 {
@@ -624,7 +625,7 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
     fprintf(f, "# moe_ep bench\n\n");
     fprintf(f, "- device: %s\n- date: %s\n- commit: %s\n", h->st.device, h->st.date, h->st.commit);
     fprintf(f, "- ceilings sustained (the floors use these): median of %d after %.0f ms of the same step back to back,"
-               " the power-capped state every cell is timed in\n", SUSTAIN_ITERS, SUSTAIN_MS);
+               " the power-capped state FLOP-bound cells are timed in\n", SUSTAIN_ITERS, SUSTAIN_MS);
     fprintf(f, "- copy bandwidth (D2D memcpy of 2 GiB, read + write, sustained): %.2f TB/s\n", c->copy_bps / 1e12);
     fprintf(f, "- BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute, sustained): %.0f TFLOP/s\n", c->bf16_flops / 1e12);
     fprintf(f, "- FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out, sustained): %.0f TFLOP/s%s%s\n",

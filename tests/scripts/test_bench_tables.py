@@ -16,7 +16,7 @@ FLOPS_2048 = 1e6 * 2.0 * 2048 * 6 * 3.0 * 4096 * 2048 / 800e12
 
 BENCH = f"""# moe_ep bench
 
-- ceilings sustained (the floors use these): median of 20 after 500 ms of the same step back to back, the power-capped state every cell is timed in
+- ceilings sustained (the floors use these): median of 20 after 500 ms of the same step back to back, the power-capped state FLOP-bound cells are timed in
 - copy bandwidth (D2D memcpy of 2 GiB, read + write, sustained): 4.27 TB/s
 - BF16 GEMM 8192^3 (cublasGemmEx, fp32 compute, sustained): 800 TFLOP/s
 - FP8 E4M3 GEMM 8192^3 (cublasLt TN, fp32 compute, bf16 out, sustained): 1600 TFLOP/s
