@@ -245,9 +245,11 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
 /* The wgmma (TMA + mbarrier, warp-specialised) grouped GEMM, wgmma_gemm.cu:
  * kind TILE_BF16 (bf16 operands, 128-row HGMMA tiles), TILE_RS (the register tile of
  * FP8-BLOCK, MXFP8, W4A8 and NVFP4, rs_rows = 128, 64, 32 or 16 activation
- * rows) or TILE_QGMMA (its QGMMA instances: FP8-BLOCK with fp8_fast_accum).
- * TILE_BF16: rs_rows != 0 runs its bf16-output tiles swapped (wgmma_tile.cuh). */
-enum { TILE_BF16 = 0, TILE_QGMMA = 1, TILE_RS = 2 };
+ * rows), TILE_QGMMA (its QGMMA instances: FP8-BLOCK with fp8_fast_accum) or
+ * TILE_BF16_SWAPPED (TILE_BF16 with its bf16-output tiles swapped,
+ * wgmma_tile.cuh; chosen per forward by moe_ep_bf16_swapped). rs_rows: the
+ * register tile's rows (TILE_RS, TILE_QGMMA only). */
+enum { TILE_BF16 = 0, TILE_QGMMA = 1, TILE_RS = 2, TILE_BF16_SWAPPED = 3 };
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int rs_rows, int64_t rows_capacity,
                                          int num_sms, cudaStream_t s, const char *name);
 

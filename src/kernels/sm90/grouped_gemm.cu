@@ -72,7 +72,8 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
         const bool qgmma = moe_ep_qgmma_on(d.path, d.H, d.I, d.fp8_fast_accum);
         return moe_ep_launch_gemm_wgmma(g, qgmma ? TILE_QGMMA : TILE_RS, d.tile_rows, rows, d.num_sms, s, name);
     }
-    if (d.tile_rows == 128) return moe_ep_launch_gemm_wgmma(g, TILE_BF16, d.bf16_swapped, rows, d.num_sms, s, name);
+    if (d.tile_rows == 128)
+        return moe_ep_launch_gemm_wgmma(g, d.bf16_swapped ? TILE_BF16_SWAPPED : TILE_BF16, 0, rows, d.num_sms, s, name);
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 

@@ -179,7 +179,8 @@ static moe_ep_status_t launch_rs(const gemm_args &g, int rs_rows, int64_t rows_c
 moe_ep_status_t moe_ep_launch_gemm_wgmma(const gemm_args &g, int kind, int rs_rows, int64_t rows_capacity,
                                          int num_sms, cudaStream_t s, const char *name)
 {
-    if (kind == TILE_BF16) return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name, rs_rows != 0); /* rs_rows: swapped */
+    if (kind == TILE_BF16 || kind == TILE_BF16_SWAPPED)
+        return launch<TILE_BF16>(g, rows_capacity, num_sms, s, name, kind == TILE_BF16_SWAPPED);
     if (kind == TILE_QGMMA) return launch_rs<RS_FP8_QG>(g, rs_rows, rows_capacity, num_sms, s, name);
     switch (fr_format(g.a_fmt, g.b_fmt)) {
     case RS_FP8_BLOCK: return launch_rs<RS_FP8_BLOCK>(g, rs_rows, rows_capacity, num_sms, s, name);
