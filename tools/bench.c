@@ -74,7 +74,7 @@ static void usage_bench(void)
            "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the register tile's QGMMA instances).\n"
            "  --tile-rows R (16, 32, 64, 128): every layer's explicit knobs.gemm_tile_rows instead of the\n"
            "  heuristic's (to sweep its bounds); a path that does not run R fails its cells.\n"
-           "  --sustain-ms MS (default 200; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
+           "  --sustain-ms MS (0 .. 600000, default 200; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
            "  so that a cell is timed in the steady state its load settles in, as the ceilings are.\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
@@ -122,7 +122,12 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
     if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
-    if (strcmp(k, "--sustain-ms") == 0) return (o->sustain_ms = atoi(v)) >= 0 ? 0 : -1;
+    if (strcmp(k, "--sustain-ms") == 0) { /* a whole number of ms, 0 .. 600000 */
+        char *end = NULL;
+        const long ms = strtol(v, &end, 10);
+        if (end == v || *end || ms < 0 || ms > 600000) return -1;
+        return (o->sustain_ms = (int)ms), 0;
+    }
     if (strcmp(k, "--ranks") == 0) return (o->ranks = atoi(v)) >= 1 && o->ranks <= SLICE_MAX_RANKS ? 0 : -1;
     if (strcmp(k, "--tile-rows") == 0) {
         o->tile_rows = atoi(v);
