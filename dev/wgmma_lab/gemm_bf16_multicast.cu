@@ -39,9 +39,13 @@
  *              k x grid.
  *   gathered:  A's rows read through a row map, as mega's GEMM1 reads x: by
  *              cp.async (mega's form) or one TMA a row (`mc_lab gather [MS]`;
- *              written in the thirty-second session, not run yet).
+ *              thirty-third session: cp.async 0.98-1.01 of the tile list, a
+ *              TMA a row 2.3-5.3x: one 128-byte TMA per row binds the tile).
  *   `mc_lab sustained MS`: forms timed after MS of their own launches (the
  *              power cap: docs/benchmarks.md, "The bench at the power cap").
+ *   `mc_lab claimed [MS [ORDER]]`: the static (s) and the claimed (c) tile
+ *              list sustained, in turns (ORDER, default scsccs), so that drift
+ *              shows as s against s.
  *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
@@ -69,6 +73,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <algorithm>
+#include <vector>
 
 #define BM 128
 #define BN 256
@@ -97,6 +104,7 @@ struct lab_args {
     unsigned *counter; /* DYN: the next tile to claim, zeroed before each launch */
     const __nv_bfloat16 *A_src; /* gathered forms: A's rows in token order (row i of A is row row_src[i] here) */
     const int *row_src;
+    unsigned long long *stamp; /* NULL, or [n_tiles]: each tile's start (globaltimer ns) by the producer ("claimed") */
 };
 
 __device__ __forceinline__ uint32_t cluster_rank()
@@ -421,6 +429,7 @@ __device__ void gemm_body(const lab_args &g, const CUtensorMap *ta, const CUtens
                     mbar_arrive(&s.qf[n & 1]);
                 }
                 if (i >= total) break;
+                if (g.stamp) g.stamp[i] = (unsigned long long)global_ns();
                 int row0, n0, valid, e;
                 tile_of<MC, LIST>(g, i, row0, n0, valid, e);
                 if (MC && LIST) { /* the pair list: one operand shared by multicast */
@@ -859,6 +868,7 @@ static uint16_t *fetch(const shape &sh, int v)
 static int g_sms, g_grid_mc;
 static float g_sustain_ms; /* "sustained": each form timed after this long back to back (median of 10) */
 static unsigned *g_failed, *g_counter;
+static unsigned long long *g_stamp; /* "claimed": set for one recording launch after each form's timing */
 static size_t g_smem;
 
 /* kernel k of the lab: 0 plain, 1 plain ALL, 2 LIST, 3 LIST ALL, 4 multicast,
@@ -868,7 +878,7 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
                    const CUtensorMap &ta64, const CUtensorMap *sw)
 {
     lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles, sh.pairs, sh.n_pairs, sh.swap, sh.n_swap, g_counter,
-                  sh.A_src, sh.row_src};
+                  sh.A_src, sh.row_src, g_stamp};
     switch (k) {
     case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
@@ -892,6 +902,52 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
 static const char *kernel_name[15] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
                                      "multicast", "pair, no multicast", "plain in clusters", "pair list", "swapped", "swapped in place", "swapped in place, 16",
                                       "tile list, claimed", "swapped in place, claimed", "gathered, cp.async", "gathered, a TMA a row"};
+
+/* "claimed": one more launch right after a form's timing, with each tile's
+ * start stamped; prints that launch's time, the timed launches' spread, and
+ * how far apart in time the tiles sharing B (an expert's m tiles of one
+ * column block, neighbours in the list) started: tiles sharing B that run
+ * at once read it from HBM once, apart they read it twice. */
+static int g_record;
+static void record_starts(const shape &sh, int k, const CUtensorMap &ta, const CUtensorMap &tb, const CUtensorMap &tbh,
+                          const CUtensorMap &ta64, const CUtensorMap *sw)
+{
+    const int n = sh.n_tiles;
+    CHECK(cudaMalloc(&g_stamp, sizeof(unsigned long long) * n));
+    CHECK(cudaMemset(g_stamp, 0, sizeof(unsigned long long) * n));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    CHECK(cudaEventRecord(e0));
+    launch(k, sh, 1, ta, tb, tbh, ta64, sw);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    unsigned long long *h = (unsigned long long *)malloc(sizeof(unsigned long long) * n);
+    int4 *ht = (int4 *)malloc(sizeof(int4) * n);
+    CHECK(cudaMemcpy(h, g_stamp, sizeof(unsigned long long) * n, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(ht, sh.tiles, sizeof(int4) * n, cudaMemcpyDeviceToHost));
+    CHECK(cudaFree(g_stamp));
+    g_stamp = NULL;
+    std::vector<double> d;
+    unsigned long long t0 = ~0ull;
+    for (int i = 0; i < n; i++) t0 = h[i] && h[i] < t0 ? h[i] : t0;
+    for (int i = 0; i + 1 < n; i++)
+        if (ht[i].z == ht[i + 1].z && ht[i].w == ht[i + 1].w && h[i] && h[i + 1])
+            d.push_back(fabs((double)h[i + 1] - (double)h[i]) * 1e-3);
+    std::sort(d.begin(), d.end());
+    const double tile_us = ms * 1e3 * g_sms / n; /* a tile's average time on its block */
+    int apart = 0;
+    for (double x : d) apart += x > 0.5 * tile_us;
+    printf("    recorded launch %.1f us (timed: %.1f .. %.1f); tiles sharing B: %zu pairs, start apart median %.1f p90 %.1f "
+           "max %.1f us, %d (%.0f %%) over half a tile (%.1f us)\n",
+           ms * 1e3, lab_sustained_min_ms * 1e3, lab_sustained_max_ms * 1e3, d.size(), d.empty() ? 0 : d[d.size() / 2],
+           d.empty() ? 0 : d[d.size() * 9 / 10], d.empty() ? 0 : d.back(), apart, d.empty() ? 0 : 100.0 * apart / d.size(),
+           0.5 * tile_us);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    free(h), free(ht);
+}
 
 /* Kernels ks[0..n) on one shape: outputs against kernel ks[0]'s bit for bit
  * (and ks[0] against the naive GEMM when check), then best-of-iters times. */
@@ -955,8 +1011,12 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     for (int j = 0; j < n; j++) {
         if (g_sustain_ms > 0) LAB_TIME_SUSTAINED(t[j], 10, g_sustain_ms, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
         else LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
-        printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f\n", kernel_name[ks[j]], t[j] * 1e3,
-               flop / (t[j] * 1e-3) / 1e12, kernel_name[ks[0]], t[j] / t[0]);
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f  (ended %02ld:%06.3f)\n", kernel_name[ks[j]], t[j] * 1e3,
+               flop / (t[j] * 1e-3) / 1e12, kernel_name[ks[0]], t[j] / t[0], (long)(now.tv_sec / 60 % 60),
+               (double)(now.tv_sec % 60) + now.tv_nsec * 1e-9);
+        if (g_record) record_starts(sh, ks[j], ta, tb, tbh, ta64, sw);
     }
     free_shape(sh);
 }
@@ -1001,6 +1061,19 @@ int main(int argc, char **argv)
         run("flash GEMM1 T=2048, gathered", 32, 384, 33, 4096, 4096, gk, 3, 0, 5, LIST_BALANCED);
         run("pro GEMM1 T=512, gathered", 48, 64, 14, 6144, 7168, gk, 3, 0, 5, LIST_BALANCED);
         run("flash GEMM1 T=8192, gathered", 32, 1536, 66, 4096, 4096, gk, 3, 0, 3, LIST_BALANCED);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "claimed") == 0) { /* static against claimed, sustained, in turns (drift shows as A != A) */
+        g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 200.0f, g_record = 1;
+        printf("claimed: static and claimed tile lists in turns, each timed (median of 10) after %.0f ms of its own launches\n",
+               g_sustain_ms);
+        /* argv[3]: the turns, s (static) and c (claimed), up to 8 (default scsccs) */
+        const char *order = argc >= 4 ? argv[3] : "scsccs";
+        int turns[8], n_turns = 0;
+        for (; order[n_turns] && n_turns < 8; n_turns++) turns[n_turns] = order[n_turns] == 'c' ? 11 : 2;
+        run("pro GEMM1 T=2048, balanced", 48, 256, 27, 6144, 7168, turns, n_turns, 0, 1, LIST_BALANCED);
+        run("flash GEMM1 T=2048, balanced", 32, 384, 33, 4096, 4096, turns, n_turns, 0, 1, LIST_BALANCED);
+        run("pro GEMM2 T=2048, balanced", 48, 256, 27, 7168, 3072, turns, n_turns, 0, 1, LIST_BALANCED);
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "sustained") == 0) { /* the thirty-second session's set: forms under the power cap */

@@ -125,8 +125,11 @@ static double lab_mean_cycles(const char *name, const long long *dev_cycles, int
                 float x_ = ms_[j_]; ms_[j_] = ms_[j_ - 1], ms_[j_ - 1] = x_;        \
             }                                                                        \
         median_ms = ms_[n_ / 2];                                                     \
+        lab_sustained_min_ms = ms_[0], lab_sustained_max_ms = ms_[n_ - 1];           \
         for (int i_ = 0; i_ < 2 * n_ + 2; i_++) cudaEventDestroy(ev_[i_]);          \
     } while (0)
+/* the last LAB_TIME_SUSTAINED's fastest and slowest launch */
+static float lab_sustained_min_ms, lab_sustained_max_ms;
 
 #define LAB_TIME_BEST(best_ms, iters, ...)                        \
     do {                                                          \
