@@ -17,7 +17,9 @@ out=${OUT:-/tmp/moe_ep_out}/tile_rows; mkdir -p "$out"
 common=(--paths mxfp8,w4a8,nvfp4,fp8_block --backends mega --iters 20 --warmup 3)
 # flash: T 64 / 128 / 192 / 256 / 384 = 12 / 24 / 36 / 48 / 72 rows per expert; pro: 64 / 128 / 192 / 256 = 8 / 16 / 24 / 32
 # TILE_SWEEP_GEOS (environment) picks the geometries, e.g. "ds-v4-pro" (two GPUs: one each);
-# TILE_SWEEP_T_FLASH / TILE_SWEEP_T_PRO their token counts (comma-separated).
+# TILE_SWEEP_T_FLASH / TILE_SWEEP_T_PRO their token counts (comma-separated);
+# TILE_SWEEP_ROWS the forced rows to run (default "heur 16 32 64 128"; heur: the heuristic's).
+# Later bench args win over the common ones (e.g. --backends split,mega --ranks 8).
 geos=()
 for g in ${TILE_SWEEP_GEOS:-ds-v4-flash ds-v4-pro}; do
   case $g in
@@ -27,7 +29,7 @@ for g in ${TILE_SWEEP_GEOS:-ds-v4-flash ds-v4-pro}; do
 done
 for geo in "${geos[@]}"; do
   set -- $geo "$@"; g=$1 t=$2; shift 2
-  for r in heur 16 32 64 128; do
+  for r in ${TILE_SWEEP_ROWS:-heur 16 32 64 128}; do
     opt=(); [ "$r" = heur ] || opt=(--tile-rows "$r")
     "$bin" bench --geometry "$g" --tokens "$t" "${common[@]}" "${opt[@]}" "$@" --out "$out/${g}_$r.md" >/dev/null 2>&1 ||
       echo "bench $g rows $r failed"

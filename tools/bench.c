@@ -74,8 +74,9 @@ static void usage_bench(void)
            "  --fp8-fast-accum: layers with config.fp8_fast_accum (fp8_block on the register tile's QGMMA instances).\n"
            "  --tile-rows R (16, 32, 64, 128): every layer's explicit knobs.gemm_tile_rows instead of the\n"
            "  heuristic's (to sweep its bounds); a path that does not run R fails its cells.\n"
-           "  --sustain-ms MS (0 .. 600000, default 200; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
-           "  so that a cell is timed in the steady state its load settles in, as the ceilings are.\n"
+           "  --sustain-ms MS (0 .. 600000, default 1500; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
+           "  so that a cell is timed in the steady state its load settles in, past the power controller's\n"
+           "  dip 0.6-0.9 s into a load (docs/benchmarks.md, 2026-12-02).\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -156,7 +157,7 @@ static int parse_bench(int argc, char **argv, bench_opts_t *o)
     parse_tokens(o, "8,64,512,2048,8192");
     parse_paths(o, "all");
     parse_backends(o, "split");
-    o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1, o->sustain_ms = 200;
+    o->wire = MOE_EP_WIRE_BF16, o->iters = 50, o->warmup = 5, o->ranks = 1, o->sustain_ms = 1500;
     o->nccl = take_flag(&argc, argv, "--nccl");
     o->fp8_fast_accum = take_flag(&argc, argv, "--fp8-fast-accum");
     int r = slice_parse_args(argc, argv, "bench", parse_option, usage_bench, o);
@@ -476,7 +477,14 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
  * timed in the steady state its own load settles in (FLOP-bound cells: the
  * power cap the sustained ceilings were measured at; memory-bound ones draw
  * less and keep higher clocks), not partly at the clocks of a GPU that idled
- * while the layers were built.
+ * while the layers were built. The default, 1500 ms, lies past the power
+ * controller's dip: 0.6-0.9 s into a sustained load after an idle gap, as the
+ * draw first meets the 700 W cap, the SM clock dips (nvidia-smi minima
+ * 1020-1290 MHz) for ~200 ms, then settles (kernel lab,
+ * `dev/lab_claimed.sh ssssss`: the same kernel timed there 1.14-1.35x the others).
+ * With 200 ms a path's first cells were timed there or not by how long the
+ * cells before them ran (bf16 pro T = 512: 1847 us in one table, 1638 with
+ * 1500 ms, 1572-1595 alone with either).
  * -1 on a failed probe. */
 static int sustained_warmup(const bench_opts_t *o, void *const *ctx, int m, cudaStream_t s)
 {

@@ -36,7 +36,10 @@
  *              rows a warpgroup: 0.89-0.92 at T = 2048 (bit-equal outputs);
  *              1.06-1.13 at pro GEMM1 T = 8192 (not understood).
  *   claimed:   tiles claimed from an atomic counter (as mega), not block +
- *              k x grid.
+ *              k x grid: as fast as static (thirty-third session, `mc_lab
+ *              claimed`; its 1.14-1.23x in `sustained` was the 4th form's
+ *              turn, where the power controller dips: static timed there too
+ *              took 1.14-1.35x).
  *   gathered:  A's rows read through a row map, as mega's GEMM1 reads x: by
  *              cp.async (mega's form) or one TMA a row (`mc_lab gather [MS]`;
  *              thirty-third session: cp.async 0.98-1.01 of the tile list, a
