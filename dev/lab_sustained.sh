@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# device (~40 s): the bf16 lab's forms timed sustained (build-carry/mc_lab sustained MS: each
-# form after MS of its own launches back to back, median of 10), with nvidia-smi's SM clock.
+# device (~40 s): the bf16 lab's forms timed sustained (build-carry/mc_lab sustained MS: the
+# forms launched in turns for MS, then 10 rounds timed, medians), with nvidia-smi's SM clock.
 set -uo pipefail
 ms=${1:-300}
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw.instant,clocks_event_reasons.active --format=csv,noheader -lms 50 > $OUT/smi_lab.csv 2>/dev/null &
