@@ -1062,10 +1062,10 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     const bool in_turns = g_sustain_ms > 0 && !g_record; /* "claimed" keeps one form after another */
     if (in_turns) time_interleaved(sh, ks, n, ta, tb, tbh, ta64, sw, t);
     for (int j = 0; j < n; j++) {
-        if (!in_turns && g_sustain_ms > 0)
-            LAB_TIME_SUSTAINED(t[j], 10, g_sustain_ms, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
-        else if (!in_turns)
-            LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
+        if (!in_turns) { /* one form after another: sustained ("claimed") or best of a burst */
+            if (g_sustain_ms > 0) LAB_TIME_SUSTAINED(t[j], 10, g_sustain_ms, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
+            else LAB_TIME_BEST(t[j], iters, launch(ks[j], sh, j ? 1 : 0, ta, tb, tbh, ta64, sw));
+        }
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         printf("  time %-32s %9.1f us %5.0f TFLOP/s  / %s %.3f  (ended %02ld:%06.3f)\n", kernel_name[ks[j]], t[j] * 1e3,
