@@ -825,8 +825,8 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
         const int32_t *dq = pinned(sh)->run_q[q & 1];
         tile_pos tp;
         tp.e = dq[1], tp.row0 = dq[3], tp.rows_valid = dq[4], tp.n0 = dq[5];
-        if (dq[0] == 1) wg_bf16_store<true, SWAP>(p.g1, d, tp, h, t); /* SwiGLU of column pairs */
-        else wg_bf16_store<false, SWAP>(p.g2, d, tp, h, t);
+        if (dq[0] == 1) wg_bf16_store<true, SWAP>(p.g1, s, d, tp, h, t); /* SwiGLU of column pairs */
+        else wg_bf16_store<false, SWAP>(p.g2, s, d, tp, h, t);
         const int32_t *dq2 = pinned(sh)->run_q[q & 1];
         const int first = dq2[0] == 1, mt = dq2[2];
         mbar_arrive(&sh->run_empty[q & 1]);

@@ -89,7 +89,7 @@ __device__ __forceinline__ void wg_persistent(const gemm_args &g, const CUtensor
             wg_bf16_mma<SWAP>(g, s, d, h, n_k, kg, false, tile_pos_of<TILE_BF16>(g, tile, n_tiles).rows_valid);
             /* found again after the K loop: nothing but d and the loop's counters held across it
              * (the swapped tile's stores spilled with the tile's position kept) */
-            wg_bf16_store<GLU, SWAP>(g, d, tile_pos_of<TILE_BF16>(g, tile, n_tiles), h, t);
+            wg_bf16_store<GLU, SWAP>(g, s, d, tile_pos_of<TILE_BF16>(g, tile, n_tiles), h, t);
         }
     }
     __syncthreads(); /* every TMA landed, every arrival made */

@@ -44,9 +44,13 @@ __device__ __forceinline__ void tile_wait(const gemm_args &g, uint64_t *b, int p
  * step <= WG_BM, and the last tile keeps >= 1 row. */
 __host__ __device__ __forceinline__ int wg_tile_step(int rows, int m_e) { return (rows + m_e - 1) / m_e; }
 
+/* bf16 elements of one consumer warp's store staging (wg_store_bf16): 16 rows x 64 columns */
+#define WG_STAGE_ELEMS (16 * 64)
+
 struct wg_smem {
     __nv_bfloat16 a[WG_STAGES][WG_BM * WG_BK]; /* 16 KB per stage, 1024-byte aligned */
     __nv_bfloat16 b[WG_STAGES][WG_BN * WG_BK]; /* 32 KB per stage */
+    __nv_bfloat16 stage[8 * WG_STAGE_ELEMS];   /* the 8 consumer warps' bf16 store staging, 2 KB each */
     uint64_t full[WG_STAGES], empty[WG_STAGES];
 };
 
@@ -163,51 +167,66 @@ __device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s,
     }
 }
 
-/* One m64 block's outputs: d[4 j ..] (GLU: the gate, up[4 j ..] its up) of
- * weight rows R, R + 8 into output columns col (R's even partner), col + 8
- * of the tile's rows c < rows_valid; row: output row 0 of this lane's pair
- * (the even lane's c0, the odd lane's c0 + 1), pitch: bytes an output row.
- * All 16 blocks of 8 tile rows, each stored where its rows are valid: the
- * accumulators past the tile's width were never written and are never stored. */
+/* Warpgroup h's own barrier (4 + h: 0-3 are taken), over its 128 threads. */
+__device__ __forceinline__ void wg_group_barrier(int h) { asm volatile("bar.sync %0, 128;\n" ::"r"(4 + h) : "memory"); }
+
+/* One m64 block of the swapped tile's outputs: d[4 j ..] (GLU: the gate,
+ * up[4 j ..] its up) of weight rows R = 16 warp + lane / 4, R + 8 and tile
+ * rows 8 j + 2 (lane % 4), + 1 into output columns col0 + R of the tile's
+ * rows c < rows_valid. Through the warpgroup's 8 KB of staging (buf: 64 tile
+ * rows x 64 columns at a time, 16-byte units XOR-swizzled by row):
+ * stmatrix.trans turns each 8 x 8 block of weight rows x tile rows into 8
+ * columns of 8 output rows, then each thread stores 16 bytes, a warp
+ * instruction four whole 128-byte row pieces. The accumulators past the
+ * tile's width were never written and are never stored. */
 template <bool GLU>
-__device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, const float *up, uint8_t *row,
-                                                    int64_t pitch, int c_lane, int rows_valid, bool odd)
+__device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, const float *up, uint8_t *out,
+                                                    int64_t pitch, int rows_valid, uint32_t buf, int h, int t)
 {
+    const int warp = t / 32, lane = t % 32, i = lane % 8, m = lane / 8;
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int tc = 0; tc < 2; tc++) { /* tile rows 64 tc .. 64 tc + 63: j = 8 tc .. 8 tc + 7 */
+        if (64 * tc >= rows_valid) break; /* warpgroup-uniform */
 #pragma unroll
-        for (int q = 0; q < 2; q++) { /* weight rows R, R + 8 */
-            float v0 = d[4 * j + 2 * q], v1 = d[4 * j + 2 * q + 1]; /* tile rows c0, c0 + 1 */
-            if constexpr (GLU) {
-                v0 = moe_ep_swiglu(v0, up[4 * j + 2 * q], g.swiglu_limit);
-                v1 = moe_ep_swiglu(v1, up[4 * j + 2 * q + 1], g.swiglu_limit);
+        for (int pp = 0; pp < 4; pp++) {
+            uint32_t v[4];
+#pragma unroll
+            for (int x = 0; x < 4; x++) { /* matrix x: j = 8 tc + 2 pp + x / 2, weight rows + 8 (x % 2) */
+                const int k = 4 * (8 * tc + 2 * pp + x / 2) + 2 * (x % 2);
+                float v0 = d[k], v1 = d[k + 1];
+                if constexpr (GLU) v0 = moe_ep_swiglu(v0, up[k], g.swiglu_limit), v1 = moe_ep_swiglu(v1, up[k + 1], g.swiglu_limit);
+                v[x] = moe_ep_pack_bf16x2(v0, v1);
             }
-            const float got = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
-            if (c_lane + 8 * j < rows_valid)
-                *(uint32_t *)(row + 8 * j * pitch + 16 * q) = odd ? moe_ep_pack_bf16x2(got, v1) : moe_ep_pack_bf16x2(v0, got);
+            const int row = 8 * (2 * pp + (m >> 1)) + i; /* lane l: row i of matrix m's 8 tile rows */
+            stmatrix_x4_trans(buf + row * 128 + (((2 * warp + (m & 1)) ^ i) << 4), v[0], v[1], v[2], v[3]);
         }
+        wg_group_barrier(h);
+#pragma unroll
+        for (int it = 0; it < 4; it++) { /* tile row 64 tc + R, unit t % 8 (output columns col0 + 8 unit ..) */
+            const int R = 16 * it + t / 8, u = t % 8;
+            const uint4 val = ld_shared_v4(buf + R * 128 + ((u ^ (R & 7)) << 4));
+            if (64 * tc + R < rows_valid) *(uint4 *)(out + (64 * tc + R) * pitch + 16 * u) = val;
+        }
+        wg_group_barrier(h); /* read before the next rows overwrite it */
+    }
 }
 
-/* The swapped tile's bf16 outputs, as wg_store_bf16 rounds them. GLU: output column n0 / 2 + 64 h + R is the
- * SwiGLU of gate d[4 j ..] and up d[64 + 4 j ..]; else d[64 b ..] is column
- * n0 + 128 b + 64 h + R. Lanes L and L ^ 4 hold R even and odd: one shuffle
- * a value pair makes a bf16x2 of columns (R even, R + 1), the even lane's at
- * tile row c, the odd lane's at c + 1. The two blocks are stored one after
- * the other (written as one loop over both, ptxas spilled split's tile). */
+/* The swapped tile's bf16 outputs, as wg_store_bf16 rounds them. GLU: output
+ * column n0 / 2 + 64 h + R is the SwiGLU of gate d[4 j ..] and up
+ * d[64 + 4 j ..]; else d[64 b ..] is column n0 + 128 b + 64 h + R. The two
+ * blocks are stored one after the other through the warpgroup's staging. */
 template <bool GLU>
-__device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+__device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t,
+                                                   __nv_bfloat16 *stage)
 {
-    const int warp = t / 32, lane = t % 32;
-    const bool odd = (lane / 4) & 1;
     const int64_t pitch = 2 * (int64_t)g.N_out; /* bytes per output row */
-    const int c_lane = 2 * (lane % 4) + (odd ? 1 : 0), r_even = (16 * warp + lane / 4) & ~1;
-    uint8_t *row = g.out + (p.row0 + c_lane) * pitch;
+    const uint32_t buf = smem_u32(stage + 4 * h * WG_STAGE_ELEMS); /* the warpgroup's 4 warps' staging */
+    uint8_t *out = g.out + p.row0 * pitch;
     if constexpr (GLU) {
-        wg_swap_store_block<true>(g, d, d + 64, row + 2 * (p.n0 / 2 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
+        wg_swap_store_block<true>(g, d, d + 64, out + 2 * (p.n0 / 2 + 64 * h), pitch, p.rows_valid, buf, h, t);
     } else {
-        wg_swap_store_block<false>(g, d, d, row + 2 * (p.n0 + 64 * h + r_even), pitch, c_lane, p.rows_valid, odd);
-        wg_swap_store_block<false>(g, d + 64, d, row + 2 * (p.n0 + 128 + 64 * h + r_even), pitch, c_lane,
-                                       p.rows_valid, odd);
+        wg_swap_store_block<false>(g, d, d, out + 2 * (p.n0 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<false>(g, d + 64, d, out + 2 * (p.n0 + 128 + 64 * h), pitch, p.rows_valid, buf, h, t);
     }
 }
 
@@ -247,30 +266,56 @@ __device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, cons
     epilogue<BM, BN, BN == 256>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
 }
 
-/* The bf16 tile's bf16 outputs straight from the accumulators of warpgroup
- * h (rows 64 h + 16 warp + lane / 4, + 8; columns 8 j + 2 (lane % 4), + 1),
- * rounded as epilogue_chunks does (moe_ep_pack_bf16x2; GLU: SwiGLU of
- * columns j and 128 + j first), so the same bytes. No C tile in shared
- * memory: the ring keeps filling for the next tile meanwhile. */
+/* One bf16x2 of the bf16 tile's outputs: columns 8 j + 2 (lane % 4), + 1 at
+ * row lane / 4 + 8 half of the warp's 16, rounded as epilogue_chunks does
+ * (moe_ep_pack_bf16x2; GLU: SwiGLU of columns j and 128 + j first). */
 template <bool GLU>
-__device__ __forceinline__ void wg_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+__device__ __forceinline__ uint32_t wg_bf16_pair(const gemm_args &g, const float *d, int j, int half)
 {
-    const int warp = t / 32, lane = t % 32, q = lane % 4;
+    float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
+    if constexpr (GLU) {
+        lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
+        hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
+    }
+    return moe_ep_pack_bf16x2(lo, hi);
+}
+
+/* The bf16 tile's bf16 outputs from the accumulators of warpgroup h (rows
+ * 64 h + 16 warp + lane / 4, + 8; columns 8 j + 2 (lane % 4), + 1), the same
+ * bytes as epilogue_chunks. Each warp turns its 16 rows into whole lines
+ * through its own 2 KB of `stage` (16 rows x 64 columns at a time, 16-byte
+ * units XOR-swizzled by row: stmatrix and the reads conflict-free), then
+ * stores 16 bytes a lane, four 128-byte row pieces a warp instruction: 8x
+ * fewer store transactions than a bf16x2 a lane, which wrote 16 bytes of each
+ * of 8 rows an instruction. No C tile: the ring keeps filling for the next
+ * tile meanwhile. */
+template <bool GLU>
+__device__ __forceinline__ void wg_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t,
+                                              __nv_bfloat16 *stage)
+{
+    const int warp = t / 32, lane = t % 32, i = lane % 8, m = lane / 8, r_warp = 64 * h + 16 * warp;
+    if (r_warp >= p.rows_valid) return; /* warp-uniform: none of its rows is valid */
     const int64_t c0 = GLU ? p.n0 / 2 : p.n0, pitch = 2 * (int64_t)g.N_out; /* bytes per output row */
+    const uint32_t buf = smem_u32(stage + (4 * h + warp) * WG_STAGE_ELEMS);
+    /* stmatrix: lane l gives row i of matrix m = (16-byte unit 2 pp + m / 2, half m % 2) */
+    const uint32_t st_row = buf + (8 * (m & 1) + i) * 128;
 #pragma unroll
-    for (int half = 0; half < 2; half++) { /* rows r and r + 8 */
-        const int r = 64 * h + 16 * warp + lane / 4 + 8 * half;
-        if (r >= p.rows_valid) continue;
-        uint8_t *row = g.out + (p.row0 + r) * pitch;
+    for (int cc = 0; cc < (GLU ? 2 : 4); cc++) { /* 64 output columns: j = 8 cc .. 8 cc + 7 */
 #pragma unroll
-        for (int j = 0; j < (GLU ? 16 : 32); j++) {
-            float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
-            if constexpr (GLU) {
-                lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
-                hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
-            }
-            *(uint32_t *)(row + 2 * (c0 + 8 * j + 2 * q)) = moe_ep_pack_bf16x2(lo, hi);
+        for (int pp = 0; pp < 4; pp++) {
+            const int j = 8 * cc + 2 * pp;
+            stmatrix_x4(st_row + (((2 * pp + (m >> 1)) ^ i) << 4), wg_bf16_pair<GLU>(g, d, j, 0),
+                        wg_bf16_pair<GLU>(g, d, j, 1), wg_bf16_pair<GLU>(g, d, j + 1, 0), wg_bf16_pair<GLU>(g, d, j + 1, 1));
         }
+        __syncwarp();
+#pragma unroll
+        for (int it = 0; it < 4; it++) { /* rows 4 it + lane / 8, unit lane % 8 */
+            const int R = 4 * it + m;
+            const uint4 v = ld_shared_v4(buf + R * 128 + ((i ^ (R & 7)) << 4));
+            if (r_warp + R < p.rows_valid)
+                *(uint4 *)(g.out + (p.row0 + r_warp + R) * pitch + 2 * (c0 + 64 * cc + 8 * i)) = v;
+        }
+        __syncwarp(); /* read before the next columns overwrite it */
     }
 }
 
@@ -342,10 +387,11 @@ __device__ __forceinline__ void wg_bf16_mma(const gemm_args &g, wg_smem &s, floa
 }
 
 template <bool GLU, bool SWAP>
-__device__ __forceinline__ void wg_bf16_store(const gemm_args &g, const float *d, const tile_pos &p, int h, int t)
+__device__ __forceinline__ void wg_bf16_store(const gemm_args &g, wg_smem &s, const float *d, const tile_pos &p, int h,
+                                              int t)
 {
-    if constexpr (SWAP) wg_swap_store_bf16<GLU>(g, d, p, h, t);
-    else wg_store_bf16<GLU>(g, d, p, h, t);
+    if constexpr (SWAP) wg_swap_store_bf16<GLU>(g, d, p, h, t, s.stage);
+    else wg_store_bf16<GLU>(g, d, p, h, t, s.stage);
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
