@@ -167,11 +167,27 @@ __device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s,
     }
 }
 
+/* One bf16x2 of the bf16 tiles' outputs: accumulators d[4 j + 2 half], + 1
+ * (plain tile: columns 8 j + 2 (lane % 4), + 1 at row lane / 4 + 8 half of
+ * the warp's 16; swapped: weight row lane / 4 + 8 half, tile rows 8 j +
+ * 2 (lane % 4), + 1), rounded as epilogue_chunks does (moe_ep_pack_bf16x2;
+ * GLU: SwiGLU with the up value 64 accumulators on first). */
+template <bool GLU>
+__device__ __forceinline__ uint32_t wg_bf16_pair(const gemm_args &g, const float *d, int j, int half)
+{
+    float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
+    if constexpr (GLU) {
+        lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
+        hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
+    }
+    return moe_ep_pack_bf16x2(lo, hi);
+}
+
 /* Warpgroup h's own barrier (4 + h: 0-3 are taken), over its 128 threads. */
 __device__ __forceinline__ void wg_group_barrier(int h) { asm volatile("bar.sync %0, 128;\n" ::"r"(4 + h) : "memory"); }
 
 /* One m64 block of the swapped tile's outputs: d[4 j ..] (GLU: the gate,
- * up[4 j ..] its up) of weight rows R = 16 warp + lane / 4, R + 8 and tile
+ * d[64 + 4 j ..] its up) of weight rows R = 16 warp + lane / 4, R + 8 and tile
  * rows 8 j + 2 (lane % 4), + 1 into output columns col0 + R of the tile's
  * rows c < rows_valid. Through the warpgroup's 8 KB of staging (buf: 64 tile
  * rows x 64 columns at a time, 16-byte units XOR-swizzled by row):
@@ -180,7 +196,7 @@ __device__ __forceinline__ void wg_group_barrier(int h) { asm volatile("bar.sync
  * instruction four whole 128-byte row pieces. The accumulators past the
  * tile's width were never written and are never stored. */
 template <bool GLU>
-__device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, const float *up, uint8_t *out,
+__device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, uint8_t *out,
                                                     int64_t pitch, int rows_valid, uint32_t buf, int h, int t)
 {
     const int warp = t / 32, lane = t % 32, i = lane % 8, m = lane / 8;
@@ -189,16 +205,11 @@ __device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const fl
         if (64 * tc >= rows_valid) break; /* warpgroup-uniform */
 #pragma unroll
         for (int pp = 0; pp < 4; pp++) {
-            uint32_t v[4];
-#pragma unroll
-            for (int x = 0; x < 4; x++) { /* matrix x: j = 8 tc + 2 pp + x / 2, weight rows + 8 (x % 2) */
-                const int k = 4 * (8 * tc + 2 * pp + x / 2) + 2 * (x % 2);
-                float v0 = d[k], v1 = d[k + 1];
-                if constexpr (GLU) v0 = moe_ep_swiglu(v0, up[k], g.swiglu_limit), v1 = moe_ep_swiglu(v1, up[k + 1], g.swiglu_limit);
-                v[x] = moe_ep_pack_bf16x2(v0, v1);
-            }
-            const int row = 8 * (2 * pp + (m >> 1)) + i; /* lane l: row i of matrix m's 8 tile rows */
-            stmatrix_x4_trans(buf + row * 128 + (((2 * warp + (m & 1)) ^ i) << 4), v[0], v[1], v[2], v[3]);
+            /* matrix x: j = 8 tc + 2 pp + x / 2, weight rows + 8 (x % 2) */
+            const int j = 8 * tc + 2 * pp, row = 8 * (2 * pp + (m >> 1)) + i; /* lane l: row i of matrix m */
+            stmatrix_x4_trans(buf + row * 128 + (((2 * warp + (m & 1)) ^ i) << 4), wg_bf16_pair<GLU>(g, d, j, 0),
+                              wg_bf16_pair<GLU>(g, d, j, 1), wg_bf16_pair<GLU>(g, d, j + 1, 0),
+                              wg_bf16_pair<GLU>(g, d, j + 1, 1));
         }
         wg_group_barrier(h);
 #pragma unroll
@@ -223,10 +234,10 @@ __device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const flo
     const uint32_t buf = smem_u32(stage + 4 * h * WG_STAGE_ELEMS); /* the warpgroup's 4 warps' staging */
     uint8_t *out = g.out + p.row0 * pitch;
     if constexpr (GLU) {
-        wg_swap_store_block<true>(g, d, d + 64, out + 2 * (p.n0 / 2 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<true>(g, d, out + 2 * (p.n0 / 2 + 64 * h), pitch, p.rows_valid, buf, h, t);
     } else {
-        wg_swap_store_block<false>(g, d, d, out + 2 * (p.n0 + 64 * h), pitch, p.rows_valid, buf, h, t);
-        wg_swap_store_block<false>(g, d + 64, d, out + 2 * (p.n0 + 128 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<false>(g, d, out + 2 * (p.n0 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<false>(g, d + 64, out + 2 * (p.n0 + 128 + 64 * h), pitch, p.rows_valid, buf, h, t);
     }
 }
 
@@ -264,20 +275,6 @@ __device__ __forceinline__ void wg_epilogue(const gemm_args &g, void *smem, cons
     wg_store_fragment<NJ, BN>(C, d, r, c0, lane);
     wg_consumer_barrier();
     epilogue<BM, BN, BN == 256>(g, C, row0, rows_valid, n0, threadIdx.x - 128, 256);
-}
-
-/* One bf16x2 of the bf16 tile's outputs: columns 8 j + 2 (lane % 4), + 1 at
- * row lane / 4 + 8 half of the warp's 16, rounded as epilogue_chunks does
- * (moe_ep_pack_bf16x2; GLU: SwiGLU of columns j and 128 + j first). */
-template <bool GLU>
-__device__ __forceinline__ uint32_t wg_bf16_pair(const gemm_args &g, const float *d, int j, int half)
-{
-    float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
-    if constexpr (GLU) {
-        lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
-        hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
-    }
-    return moe_ep_pack_bf16x2(lo, hi);
 }
 
 /* The bf16 tile's bf16 outputs from the accumulators of warpgroup h (rows
