@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# device (~60 s): the mega item trace of bf16 on the EP8 slice at T = 2048 (pro, flash) and 8192 (pro):
-# where mega's bf16 forward spends what split's stage does not (design.md "Next, first", 1).
+# device (~20 s a cell): the mega item trace of bf16 on the EP8 slice, by default at T = 2048 (pro,
+# flash) and 8192 (pro): where mega's bf16 forward spends what split's stage does not.
+#   dev/trace_bf16.sh [geometry:T ...]     e.g. dev/trace_bf16.sh ds-v4-flash:512
 # Needs build-carry/moe_ep_T.gz (a -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF build of the tool).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 gunzip -kf build-carry/moe_ep_T.gz; chmod +x build-carry/moe_ep_T
-for g in ds-v4-pro:2048 ds-v4-flash:2048 ds-v4-pro:8192; do
+cells=${*:-ds-v4-pro:2048 ds-v4-flash:2048 ds-v4-pro:8192}
+for g in $cells; do
   geo=${g%:*} T=${g#*:}
   MOE_EP_MEGA_TRACE_DUMP=$OUT/dump_${geo}_$T.txt build-carry/moe_ep_T bench --paths bf16 --backends split,mega --geometry $geo --tokens $T --iters 5 --warmup 1 > $OUT/log_${geo}_$T.txt 2>&1; echo "$geo $T rc=$?"
   grep -E "timeline|gemm1|gemm2|dispatch|combine|bf16" $OUT/log_${geo}_$T.txt | head -12
