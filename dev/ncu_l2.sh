@@ -1,7 +1,26 @@
+#!/usr/bin/env bash
+# Kernel lab: Nsight Compute (base clocks) on split's two bf16 GEMM kernels of one forward at
+# EP8-slice T (flash and pro): time, tensor-pipe active, L2 throughput, hit rate and sectors, DRAM,
+# for each carried `moe_ep` binary (build-carry/NAME.gz, unpacked here).
+#   dev/ncu_l2.sh [T] NAME [NAME ...]     e.g. dev/ncu_l2.sh 2048 moe_ep moe_ep_P4
+# Writes $OUT/ncu_NAME_GEOMETRY.txt and prints the metric lines.
+set -uo pipefail
+cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
-m=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,l1tex__throughput.avg.pct_of_peak_sustained_active
-for v in moe_ep moe_ep_P4 moe_ep_B; do gunzip -kf build-carry/$v.gz; chmod +x build-carry/$v
- for g in flash pro; do
- ncu --kernel-name regex:'grouped_gemm' --launch-count 2 --metrics "$m" build-carry/$v bench --paths bf16 --tokens 2048 --geometry ds-v4-$g --backends split --iters 1 --warmup 0 --sustain-ms 0 > $OUT/ncu_${v}_$g.txt 2>&1
- echo "== $v $g rc $?"; grep -E '^  [A-Za-z_].*\(|^    [a-z_]+__' $OUT/ncu_${v}_$g.txt | sed -E 's/ +/ /g' | cut -c1-150
- done; done
+t=${1:-2048}; shift || true
+[ $# -ge 1 ] || set -- moe_ep
+out=${OUT:-/tmp}
+m=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+m=$m,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct
+m=$m,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum
+m=$m,l1tex__throughput.avg.pct_of_peak_sustained_active
+for v in "$@"; do
+  [ -x "build-carry/$v" ] || { gunzip -kf "build-carry/$v.gz" && chmod +x "build-carry/$v"; } || exit 1
+  for g in flash pro; do
+    f=$out/ncu_${v}_$g.txt
+    ncu --kernel-name regex:'grouped_gemm' --launch-count 2 --metrics "$m" "build-carry/$v" bench --paths bf16 \
+        --tokens "$t" --geometry ds-v4-$g --backends split --iters 1 --warmup 0 --sustain-ms 0 >"$f" 2>&1
+    echo "== $v $g T=$t (rc $?)"
+    grep -E '^  [A-Za-z_].*\(|^    [a-z_0-9]+__' "$f" | sed -E 's/ +/ /g' | cut -c1-150
+  done
+done
