@@ -1,0 +1,59 @@
+/* Lab: does compute-sanitizer's racecheck order "thread 0 writes shared
+ * memory, __syncthreads, every thread reads" when warpgroups also use named
+ * barriers with thread counts (bar.sync 1, 256 / bar.sync 2, 128), as the
+ * mega kernel's bf16 runs do? racecheck flagged exactly that pattern there
+ * (mega.cu's item loop and mega_exit, thirty-seventh session).
+ *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -o racecheck_named racecheck_named.cu
+ *   compute-sanitizer --tool racecheck ./racecheck_named MODE
+ * MODE 0: barrier 0 only (must be clean); 1: each round the producer
+ * warpgroup (warps 0-3) syncs on barrier 2 (128 threads) and the consumers
+ * (warps 4-11) on barrier 1 (256 threads) between the block-wide barriers;
+ * 2: as 1, plus an mbarrier the consumers arrive on and thread 0 waits for.
+ * 3: the first block-wide barrier is __syncthreads_and (bar.red), 4: the second.
+ * The program checks its own result: every thread must read each round's value. */
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__global__ void __launch_bounds__(384) kernel(int mode, int rounds, int *bad)
+{
+    __shared__ int item;
+    __shared__ uint64_t bar;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 256;\n" ::"r"(smem_u32(&bar)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    for (int r = 0; r < rounds; r++) {
+        if (threadIdx.x == 0) item = r * 7 + 1; /* mega.cu's sh->item */
+        if (mode == 3) __syncthreads_and(1); else __syncthreads();
+        const int i = item;
+        if (mode == 4) __syncthreads_and(i > 0); else __syncthreads();
+        if (i != r * 7 + 1) atomicAdd(bad, 1);
+        if (mode == 1 || mode == 2) {
+            if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+            else asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        }
+        if (mode == 2) {
+            if (wg > 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&bar)) : "memory");
+            else if (threadIdx.x == 0)
+                asm volatile("{\n.reg .pred p;\nW_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W_%=;\n}\n"
+                             ::"r"(smem_u32(&bar)), "r"(r & 1) : "memory");
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const int mode = argc > 1 ? atoi(argv[1]) : 1;
+    int *bad, h = -1;
+    if (cudaMalloc(&bad, sizeof(int)) != cudaSuccess || cudaMemset(bad, 0, sizeof(int)) != cudaSuccess) return 1;
+    kernel<<<2, 384>>>(mode, 8, bad);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(&h, bad, sizeof h, cudaMemcpyDeviceToHost);
+    printf("mode %d: %s, %d wrong reads\n", mode, cudaGetErrorString(e), h);
+    return e != cudaSuccess || h != 0;
+}
