@@ -9,6 +9,7 @@
  * warpgroup (warps 0-3) syncs on barrier 2 (128 threads) and the consumers
  * (warps 4-11) on barrier 1 (256 threads) between the block-wide barriers;
  * 2: as 1, plus an mbarrier the consumers arrive on and thread 0 waits for.
+ * 5: each consumer warpgroup h syncs on barrier 4 + h (128 threads), the id in a register.
  * 3: the first block-wide barrier is __syncthreads_and (bar.red), 4: the second.
  * The program checks its own result: every thread must read each round's value. */
 #include <cstdio>
@@ -37,6 +38,8 @@ __global__ void __launch_bounds__(384) kernel(int mode, int rounds, int *bad)
             if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
             else asm volatile("bar.sync 1, 256;\n" ::: "memory");
         }
+        if (mode == 5 && wg > 0) /* wgmma_tile.cuh's wg_group_barrier: the barrier's id in a register */
+            asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
         if (mode == 2) {
             if (wg > 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&bar)) : "memory");
             else if (threadIdx.x == 0)
