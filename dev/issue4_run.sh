@@ -5,9 +5,10 @@
 #   [ISSUE4_LIMITS="200 190 150"] dev/issue4_run.sh build-carry/moe_ep_X [extra bench args]   (carry build-carry)
 # Then: tar -xzf tables.tgz; scripts/issue_tables.py t/slice.md; ... t/r8_flash.md t/r8_pro.md
 set -uo pipefail
+. "$(dirname "$0")/../scripts/carried.sh"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 B=${1:?binary}; shift
-[ -x "$B" ] || { gunzip -kf "$B.gz" && chmod +x "$B"; } || exit 1
+carried "$B" || exit 1
 t0=$(date +%s)
 A="--paths bf16,mxfp8,w4a8,nvfp4,fp8_block --backends split,mega --tokens 8,64,512,2048,8192 --iters 20 --warmup 3 $*"
 mkdir -p $OUT/t

@@ -5,6 +5,7 @@
 #   dev/ncu_l2.sh [T] NAME [NAME ...]     e.g. dev/ncu_l2.sh 2048 moe_ep moe_ep_P4
 # Writes $OUT/ncu_NAME_GEOMETRY.txt and prints the metric lines.
 set -uo pipefail
+. "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 t=${1:-2048}; shift || true
@@ -15,7 +16,7 @@ m=$m,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pc
 m=$m,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum
 m=$m,l1tex__throughput.avg.pct_of_peak_sustained_active
 for v in "$@"; do
-  [ -x "build-carry/$v" ] || { gunzip -kf "build-carry/$v.gz" && chmod +x "build-carry/$v"; } || exit 1
+  carried "build-carry/$v" || exit 1
   for g in flash pro; do
     f=$out/ncu_${v}_$g.txt
     ncu --kernel-name regex:'grouped_gemm' --launch-count 2 --metrics "$m" "build-carry/$v" bench --paths bf16 \

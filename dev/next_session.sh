@@ -12,10 +12,11 @@
 # 2. design.md "Next" 1: the register tile's rows per backend at the emulated EP8 pro group,
 #    T = 512, MXFP8 and W4A8. Predicted: mega 64 / mega 128 0.97-1.03, split 64 / 128 0.98-1.05.
 set -uo pipefail
+. "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 B=build-carry/moe_ep
-[ -x $B ] || { gunzip -kf $B.gz && chmod +x $B; } || exit 1
+carried "$B" || exit 1
 O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
 t0=$(date +%s)
 { build-carry/cublas_lab flash 512 2048 8192; build-carry/cublas_lab pro 512 2048 8192; } 2>&1 | tee $O/cublas.txt

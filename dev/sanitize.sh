@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# device: the GPU tests under compute-sanitizer (memcheck, then synccheck), with test
+# device: the GPU tests under compute-sanitizer (default memcheck, then synccheck; racecheck by TOOLS), with test
 # binaries built on the CI machine and carried gzipped in build-carry/ (carry build-carry):
-#   dev/sanitize.sh [TOOLS="memcheck synccheck"] [LIMIT_S=150]
+#   [TOOLS="memcheck synccheck"] [LIMIT_S=150] dev/sanitize.sh   (each run cut at LIMIT_S s)
 # test_split runs quick (MXFP8 only) with both GPU backends. A kernel under the sanitizer
 # runs far slower, so a bounded wait giving up there (MOE_EP_ERROR_TIMEOUT) is the tool's
 # slowness, not a finding; a sanitizer error report is.
 set -uo pipefail
+. "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 export MOE_EP_TEST_QUICK=1 MOE_EP_TEST_BACKENDS=split,mega
 out=${OUT:-/tmp/moe_ep_out}; mkdir -p "$out"
 for t in test_tile_wait test_tiles test_split; do
-  [ -x build-carry/$t ] || { gunzip -kf build-carry/$t.gz && chmod +x build-carry/$t; } || exit 1
+  carried build-carry/$t || exit 1
 done
 for tool in ${TOOLS:-memcheck synccheck}; do
   for t in test_tile_wait test_tiles test_split; do

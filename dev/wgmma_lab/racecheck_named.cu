@@ -3,20 +3,22 @@
  * barriers with thread counts (bar.sync 1, 256 / bar.sync 2, 128), as the
  * mega kernel's bf16 runs do? racecheck flagged exactly that pattern there
  * (mega.cu's item loop and mega_exit, thirty-seventh session).
- *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -o racecheck_named racecheck_named.cu
+ *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
+ *        -o racecheck_named racecheck_named.cu
  *   compute-sanitizer --tool racecheck ./racecheck_named MODE
  * MODE 0: barrier 0 only (must be clean); 1: each round the producer
  * warpgroup (warps 0-3) syncs on barrier 2 (128 threads) and the consumers
  * (warps 4-11) on barrier 1 (256 threads) between the block-wide barriers;
- * 2: as 1, plus an mbarrier the consumers arrive on and thread 0 waits for.
- * 5: each consumer warpgroup h syncs on barrier 4 + h (128 threads), the id in a register.
- * 3: the first block-wide barrier is __syncthreads_and (bar.red), 4: the second.
+ * 2: as 1, plus an mbarrier the consumers arrive on and thread 0 waits for
+ * (hopper.cuh's bounded wait); 3: the first block-wide barrier is
+ * __syncthreads_and (bar.red), 4: the second; 5: each consumer warpgroup h
+ * syncs on barrier 4 + h (128 threads) with the id in a register, as
+ * wgmma_tile.cuh's wg_group_barrier.
  * The program checks its own result: every thread must read each round's value. */
 #include <cstdio>
-#include <cstdint>
 #include <cstdlib>
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+#include "kernels/sm90/hopper.cuh"
 
 __global__ void __launch_bounds__(384) kernel(int mode, int rounds, int *bad)
 {
@@ -24,7 +26,8 @@ __global__ void __launch_bounds__(384) kernel(int mode, int rounds, int *bad)
     __shared__ uint64_t bar;
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 256;\n" ::"r"(smem_u32(&bar)) : "memory");
+        tile_wait_arm();
+        mbar_init(&bar, 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -38,13 +41,14 @@ __global__ void __launch_bounds__(384) kernel(int mode, int rounds, int *bad)
             if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
             else asm volatile("bar.sync 1, 256;\n" ::: "memory");
         }
-        if (mode == 5 && wg > 0) /* wgmma_tile.cuh's wg_group_barrier: the barrier's id in a register */
+        if (mode == 5 && wg > 0)
             asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
         if (mode == 2) {
-            if (wg > 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&bar)) : "memory");
-            else if (threadIdx.x == 0)
-                asm volatile("{\n.reg .pred p;\nW_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W_%=;\n}\n"
-                             ::"r"(smem_u32(&bar)), "r"(r & 1) : "memory");
+            if (wg > 0) mbar_arrive(&bar);
+            else if (threadIdx.x == 0) {
+                mbar_wait_bounded(&bar, r & 1, 1000000000u); /* 1 s */
+                if (tile_wait_failed) atomicAdd(bad, 1000);
+            }
         }
     }
 }
