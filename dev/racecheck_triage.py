@@ -77,9 +77,9 @@ def classify(kind, locs):
 
 
 def main():
-    new = 0
+    any_new = False
     for path in sys.argv[1:]:
-        counts = {}
+        counts, new = {}, 0
         for kind, locs in reports(path):
             c = classify(kind, locs)
             if c:
@@ -90,7 +90,8 @@ def main():
             for fn, f, n in locs:
                 print("    %s  %s:%d  %s" % (fn, f, n, source_line(f, n)))
         print("%s: known %s, new %d" % (path, counts or "none", new))
-    return 1 if new else 0
+        any_new = any_new or new > 0
+    return 1 if any_new else 0
 
 
 if __name__ == "__main__":
