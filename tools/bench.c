@@ -62,7 +62,8 @@ static void usage_bench(void)
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
            "                    [--wire bf16|mxfp8|fp4] [--ranks R | --nccl] [--iters N] [--warmup N]\n"
-           "                    [--fp8-fast-accum] [--tile-rows R] [--sustain-ms MS] [--out FILE]\n"
+           "                    [--fp8-fast-accum] [--tile-rows R] [--sustain-ms MS] [--flush read|memset]\n"
+           "                    [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
            "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
            "  tokens routed uniformly over all R E/8 experts (R = 8: the emulated EP8 group).\n"
@@ -77,6 +78,9 @@ static void usage_bench(void)
            "  --sustain-ms MS (0 .. 600000, default 1500; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
            "  so that a cell is timed in the steady state its load settles in, past the power controller's\n"
            "  dip 0.6-0.9 s into a load (docs/benchmarks.md, 2026-12-02).\n"
+           "  --flush read|memset (default read): how the L2 is flushed before each timed call: a kernel reading\n"
+           "  2 x L2 bytes (clean lines left), or a memset of them (the tables before 2026-12-04: the memset's\n"
+           "  dirty lines were written back inside the timed call).\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -128,6 +132,10 @@ static int parse_option(void *opts, const char *k, const char *v)
         const long ms = strtol(v, &end, 10);
         if (end == v || *end || ms < 0 || ms > 600000) return -1;
         return (o->sustain_ms = (int)ms), 0;
+    }
+    if (strcmp(k, "--flush") == 0) {
+        o->flush_by_memset = strcmp(v, "memset") == 0;
+        return o->flush_by_memset || strcmp(v, "read") == 0 ? 0 : -1;
     }
     if (strcmp(k, "--ranks") == 0) return (o->ranks = atoi(v)) >= 1 && o->ranks <= SLICE_MAX_RANKS ? 0 : -1;
     if (strcmp(k, "--tile-rows") == 0) {
@@ -588,7 +596,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
     }
     slice_t sl;
     int made = slice_make(&sl, g, bench_max_tokens(o), o->ranks);
-    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows;
+    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows, sl.flush_by_memset = o->flush_by_memset;
     if (made)
         for (int p = 0; p < o->npath; p++)
             bench_path(o, &sl, ce, o->paths[p], s, &cells[p * o->nback], o->npath * o->nback);
@@ -655,9 +663,10 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
                    " T tokens per rank routed uniformly over all %d x E/8 experts; floor = %d x the slice's;",
                 o->ranks, o->ranks, o->ranks);
     fprintf(f, " wire %s; median of %d iterations after %d warm-up rounds or more, lasting at least %d ms;"
-               " L2 flushed before each timed call;"
+               " L2 flushed before each timed call (%s);"
                " inputs rotate over >= 2 sets; at each T a path's backends' forwards are timed in turn (one each per round, the order reversed every other round)\n",
-            moe_ep_wire_name(o->wire), o->iters, o->warmup, o->sustain_ms);
+            moe_ep_wire_name(o->wire), o->iters, o->warmup, o->sustain_ms,
+            o->flush_by_memset ? "a memset of 2 x L2 bytes, its dirty lines written back in the call" : "reads of 2 x L2 bytes");
     fprintf(f, "- floor = max(bytes / copy bandwidth, FLOPs / tensor rate); FLOPs = 2*rows*3*H*I; bytes ="
                " weights of the experts hit (path format) + x and out (bf16) + rows*H (activation format)"
                " + rows*H (wire format); FP8 rate for mxfp8, w4a8, fp8_block, BF16 rate for bf16, nvfp4\n");

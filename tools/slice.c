@@ -262,6 +262,7 @@ void slice_free(slice_t *sl)
         free(d->host_ids);
     }
     if (sl->flush) CK(cudaFree(sl->flush));
+    if (sl->flush_sink) CK(cudaFree(sl->flush_sink));
     free(sl->w13), free(sl->w2);
     memset(sl, 0, sizeof *sl);
 }
@@ -285,7 +286,8 @@ int slice_make_rank(slice_t *sl, const geometry_t *g, int maxT, int R, int self)
     sl->nsets = (int)ceil(2.0 * l2 / set_bytes);
     sl->nsets = sl->nsets < 2 ? 2 : sl->nsets > SLICE_MAX_SETS ? SLICE_MAX_SETS : sl->nsets;
     fprintf(stderr, "%s: generating %d experts and %d input sets\n", g->name, sl->E8, sl->nsets);
-    int ok = CK(cudaMalloc(&sl->flush, sl->flush_bytes)) && make_checkpoint(sl);
+    int ok = CK(cudaMalloc(&sl->flush, sl->flush_bytes)) && CK(cudaMemset(sl->flush, 0, sl->flush_bytes)) &&
+             CK(cudaMalloc((void **)&sl->flush_sink, sizeof *sl->flush_sink)) && make_checkpoint(sl);
     for (int i = 0; ok && i < sl->nsets; i++) ok = make_set(sl, i);
     return ok;
 }
@@ -327,8 +329,9 @@ moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wi
 
 int slice_flush_step(void *ctx, int iter, cudaStream_t s)
 {
-    const run_ctx_t *c = ctx;
-    return CK(cudaMemsetAsync(c->sl->flush, iter & 0xFF, c->sl->flush_bytes, s));
+    const slice_t *sl = ((const run_ctx_t *)ctx)->sl;
+    if (sl->flush_by_memset) return CK(cudaMemsetAsync(sl->flush, iter & 0xFF, sl->flush_bytes, s));
+    return CK(slice_l2_read_sweep(sl->flush, sl->flush_bytes, sl->flush_sink, s));
 }
 
 int slice_forward_step(void *ctx, int iter, cudaStream_t s)

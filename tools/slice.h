@@ -88,8 +88,11 @@ typedef struct {
     int tile_rows;      /* > 0: the layers' explicit knobs.gemm_tile_rows (bench --tile-rows) */
     uint16_t *w13, *w2; /* host bf16 checkpoint [E8][2I][H], [E8][H][I] */
     dset_t sets[SLICE_MAX_SETS];
-    void *flush;
+    void *flush;        /* 2 x L2 bytes, swept before each timed call (slice_flush_step) */
     size_t flush_bytes;
+    uint32_t *flush_sink; /* one device word the read sweep may write (l2_flush.cu) */
+    int flush_by_memset;  /* 1: the flush is a memset of `flush` (bench --flush memset; the tables
+                             before the fortieth session); 0: reads (l2_flush.cu), no dirty lines left */
 } slice_t;
 
 /* The slice of geometry g (E % 8 == 0 and K <= E/8) for up to maxT tokens on
@@ -117,7 +120,9 @@ typedef struct {
     int T;
 } run_ctx_t;
 
-int slice_flush_step(void *ctx, int iter, cudaStream_t s);         /* L2 flush */
+int slice_flush_step(void *ctx, int iter, cudaStream_t s);         /* L2 flush (flush_by_memset: how) */
+/* l2_flush.cu: every byte of buf (bytes % 16 == 0) read through L2 on s; sink: one device word. */
+cudaError_t slice_l2_read_sweep(const void *buf, size_t bytes, uint32_t *sink, cudaStream_t s);
 int slice_forward_step(void *ctx, int iter, cudaStream_t s);       /* moe_ep_layer_forward, every local rank */
 int slice_forward_flush_step(void *ctx, int iter, cudaStream_t s); /* forward, then flush */
 int slice_stage_step(void *ctx, int iter, cudaStream_t s);         /* the split expert stage alone */
