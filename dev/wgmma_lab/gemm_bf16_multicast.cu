@@ -51,6 +51,10 @@
  *   `mc_lab claimed [MS [ORDER]]`: the static (s) and the claimed (c) tile
  *              list sustained, in turns (ORDER, default scsccs), so that drift
  *              shows as s against s.
+ *   swapped wide (`mc_lab wide MS`, `wstep MS`; fortieth session): the
+ *              in-place tile with up to 160 / 192 tokens a tile (fewer tiles
+ *              an expert): 0.95-0.97 at flash T = 2048, 0.94-0.96 of the
+ *              tile list at T = 8192, pro GEMM1 T = 2048 0.93-1.14 (noisy).
  *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
@@ -110,6 +114,8 @@ struct lab_args {
     const __nv_bfloat16 *A_src; /* gathered forms: A's rows in token order (row i of A is row row_src[i] here) */
     const int *row_src;
     unsigned long long *stamp; /* NULL, or [n_tiles]: each tile's start (globaltimer ns) by the producer ("claimed") */
+    const int4 *wide[2];       /* the wide swapped tiles (kernels 15-17): <= 192 / <= 160 tokens x 256 weight rows */
+    int n_wide[2];
 };
 
 __device__ __forceinline__ uint32_t cluster_rank()
@@ -345,26 +351,28 @@ __device__ __forceinline__ void store_swapped(const lab_args &g, const float *d,
  * warpgroup h takes the m64 blocks of W rows 64 h .. and 128 + 64 h .. (so
  * that the library's gate / up columns j, j + 128 meet in one thread), d[0..63]
  * and d[64..127]. A tile of 90 rows costs 96 / 128 of a whole one, not 1. */
-template <int NW>
-__device__ __forceinline__ void swapin_k_loop(smem_t &s, float *d, int h, int lane, int &kg, int n_k)
+/* ST stages of ring S; the second block's accumulators at d + HALF (a fixed
+ * offset for every width: with d + NW / 2 ptxas put them on the stack). */
+template <int NW, int ST = STAGES, int HALF = 64, typename S = smem_t>
+__device__ __forceinline__ void swapin_k_loop(S &s, float *d, int h, int lane, int &kg, int n_k)
 {
     for (int kt = 0; kt < n_k; kt++, kg++) {
-        const int st = kg % STAGES;
-        mbar_wait_bounded(&s.full[st], (kg / STAGES) & 1, WAIT_NS);
+        const int st = kg % ST;
+        mbar_wait_bounded(&s.full[st], (kg / ST) & 1, WAIT_NS);
         wgmma_fence();
         const uint32_t x = (uint32_t)smem_desc(&s.a[st][0]), w0 = (uint32_t)smem_desc(&s.b[st][64 * h * BK]),
                        w1 = (uint32_t)smem_desc(&s.b[st][(128 + 64 * h) * BK]);
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
             wgmma_bf16_n_lo<NW>(d, w0, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
-            wgmma_bf16_n_lo<NW>(d + 64, w1, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_bf16_n_lo<NW>(d + HALF, w1, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
         }
         wgmma_commit();
         wgmma_wait<1>();
-        if (kt > 0) release_stage<false, false>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+        if (kt > 0) release_stage<false, false>(&s.empty[(kg - 1) % ST], lane, 0u);
     }
     wgmma_wait<0>();
-    release_stage<false, false>(&s.empty[(kg - 1) % STAGES], lane, 0u);
+    release_stage<false, false>(&s.empty[(kg - 1) % ST], lane, 0u);
 }
 
 /* A whole swapped-in-place tile of width NW: its K loop, then its stores
@@ -570,6 +578,102 @@ __global__ void __launch_bounds__(384, 1) gemm_swapin16(const lab_args g, const 
     gemm_body<false, false, true, false, 16>(g, &ta, &tb, &ta);
 }
 
+/* Wide swapped tiles (kernels 15-17; fortieth session): the swapped in-place
+ * tile (kernel 9: 256 weight rows as two m64 blocks a warpgroup, the tokens
+ * as N) with up to TW tokens a tile instead of 128, an expert's rows spread
+ * evenly over ceil(rows / TW) tiles (rounded up to 8). The per-tile cost of
+ * the in-place form has a large fixed part (its time follows N from 88 to
+ * 128 as ~0.28 + 0.0054 N of a whole tile: each tile streams its 32 KB of
+ * weights a K step whatever N), so fewer, wider tiles should pay where
+ * experts get 128-512 rows: flash T = 2048 (384 +- 33) in 2-3 tiles instead
+ * of 3-4, pro 2048 (256 +- 27) in 2 instead of 2-3. Accumulators: N / 2 a
+ * block, 192 registers at N = 192 (consumers at 232). Stages of TW x 64 tokens
+ * + 256 x 64 weights: 56 KB at 192 (3 or 4 stages: 4 fit only without the
+ * library's 8 KB of tables), 52 KB at 160 (4). */
+#ifndef WS_HALF
+#define WS_HALF 96 /* the second m64 block's accumulators start here (a fixed layout for every width) */
+#endif
+#ifndef WS_MAXQ
+#define WS_MAXQ 24 /* widths 8 .. 8 WS_MAXQ compiled (a ptxas experiment) */
+#endif
+template <int TW, int ST>
+struct ws_smem_t {
+    __nv_bfloat16 a[ST][TW * BK]; /* tokens, TW x 64 (TW * 128 bytes: a multiple of 1024) */
+    __nv_bfloat16 b[ST][BN * BK]; /* weights, 256 x 64 */
+    uint64_t full[ST], empty[ST];
+};
+
+template <int TW, int ST, int NW>
+__device__ __forceinline__ void ws_tile(const lab_args &g, ws_smem_t<TW, ST> &s, int h, int warp, int lane, int &kg,
+                                        int n_k, int row0, int valid, int n0)
+{
+    float d[2 * WS_HALF]; /* d[0 .. NW / 2): weight rows 64 h .., d[WS_HALF ..): 128 + 64 h .. */
+    swapin_k_loop<NW, ST, WS_HALF>(s, d, h, lane, kg, n_k);
+    store_swapped<NW / 8>(g, d, row0, valid, NW, n0 + 64 * h, warp, lane);
+    store_swapped<NW / 8>(g, d + WS_HALF, row0, valid, NW, n0 + 128 + 64 * h, warp, lane);
+}
+
+template <int TW, int ST, int RND = 8> /* RND: the widths' rounding (8, 16, 32: fewer K-loop instances) */
+__global__ void __launch_bounds__(384, 1) gemm_swapwide(const lab_args g, const __grid_constant__ CUtensorMap tx,
+                                                        const __grid_constant__ CUtensorMap tb)
+{
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    ws_smem_t<TW, ST> &s = *(ws_smem_t<TW, ST> *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK, L = TW == 192 ? 0 : 1;
+    if (threadIdx.x == 0) {
+        tile_wait_arm();
+        for (int i = 0; i < ST; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    int kg = 0;
+    if (wg == 0) {
+#ifndef WS_NO_SETMAXNREG
+        setmaxnreg_dec<TW == 192 ? 24 : 40>(); /* 192: the consumers at 240 (2 x 240 + 24 = 3 x 168) */
+#endif
+        if (t == 0)
+            for (int i = blockIdx.x; i < g.n_wide[L]; i += gridDim.x) {
+                const int4 tl = g.wide[L][i];
+                for (int kt = 0; kt < n_k; kt++, kg++) {
+                    const int st = kg % ST;
+                    mbar_wait_bounded(&s.empty[st], ((kg / ST) & 1) ^ 1, WAIT_NS);
+                    mbar_expect_tx(&s.full[st], (TW + BN) * BK * 2);
+                    tma_load_2d(s.a[st], &tx, &s.full[st], kt * BK, tl.x);
+                    tma_load_2d(s.b[st], &tb, &s.full[st], kt * BK, tl.z * g.N + tl.w);
+                }
+            }
+        /* as the library's register tile: the moves bracketed, the producer
+         * asleep until the consumers gave theirs back (without the brackets
+         * ptxas kept these consumers at 168 registers and spilled 4-20 KB) */
+#ifndef WS_NO_SETMAXNREG
+        asm volatile("bar.sync 3, 384;\n" ::: "memory");
+        setmaxnreg_inc<168>();
+#endif
+    } else {
+#ifndef WS_NO_SETMAXNREG
+        setmaxnreg_inc<TW == 192 ? 240 : 232>();
+#endif
+        const int h = wg - 1, warp = t / 32, lane = t % 32;
+        for (int i = blockIdx.x; i < g.n_wide[L]; i += gridDim.x) {
+            const int4 tl = g.wide[L][i];
+            switch ((tl.y + RND - 1) / RND * (RND / 8)) {
+#define WS_WIDTH(q) \
+    case q: if constexpr (8 * q <= TW && q <= WS_MAXQ && q % (RND / 8) == 0) ws_tile<TW, ST, 8 * q>(g, s, h, warp, lane, kg, n_k, tl.x, tl.y, tl.w); break;
+                WS_WIDTH(1) WS_WIDTH(2) WS_WIDTH(3) WS_WIDTH(4) WS_WIDTH(5) WS_WIDTH(6) WS_WIDTH(7) WS_WIDTH(8)
+                WS_WIDTH(9) WS_WIDTH(10) WS_WIDTH(11) WS_WIDTH(12) WS_WIDTH(13) WS_WIDTH(14) WS_WIDTH(15) WS_WIDTH(16)
+                WS_WIDTH(17) WS_WIDTH(18) WS_WIDTH(19) WS_WIDTH(20) WS_WIDTH(21) WS_WIDTH(22) WS_WIDTH(23) WS_WIDTH(24)
+#undef WS_WIDTH
+            }
+        }
+#ifndef WS_NO_SETMAXNREG
+        setmaxnreg_dec<168>();
+        asm volatile("bar.arrive 3, 384;\n" ::: "memory");
+#endif
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && tile_wait_failed) atomicAdd(g.failed, 1u);
+}
+
 /* Gathered A (kernels 13, 14; thirty-second session): the tile list's tiles
  * (static order, as split), with A's rows read through a row map (row i of
  * the expert-sorted A is row row_src[i] of A_src, tokens in their own order),
@@ -745,6 +849,8 @@ struct shape {
     int n_tiles, *row_e, n_pairs, n_swap;
     __nv_bfloat16 *A_src; /* A's rows in a token order (gathered forms): row i of A at row row_src[i] */
     int *row_src;
+    int4 *wide[2]; /* the wide swapped tiles: [0] <= 192 tokens a tile, [1] <= 160 (gemm_swapwide) */
+    int n_wide[2];
 };
 
 /* The tile list's forms: split's order; the same tiles with every partial
@@ -760,7 +866,7 @@ static int g_list_step = 128; /* LIST_STEP: every tile of g_list_step rows (an e
 
 static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIST_SPLIT_ORDER)
 {
-    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
+    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, {NULL, NULL}, {0, 0}};
     int *rows_e = (int *)malloc(sizeof(int) * E);
     for (int e = 0; e < E; e++) /* deterministic, spread over [-jitter, jitter] (uniform routing's spread) */
         rows_e[e] = M_e + (jitter ? (int)(((uint32_t)e * 2654435761u >> 7) % (2 * jitter + 1)) - jitter : 0), sh.rows += rows_e[e];
@@ -770,6 +876,8 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
     int4 *hp = (int4 *)malloc(sizeof(int4) * max_tiles); /* pairs: as many tiles */
     int4 *hs = (int4 *)malloc(sizeof(int4) * (sh.rows / 128 + E) * (N / 128)); /* swapped: <= 256 tokens x 128 */
     int *hre = (int *)malloc(sizeof(int) * sh.rows);
+    int4 *hw[2] = {(int4 *)malloc(sizeof(int4) * max_tiles), (int4 *)malloc(sizeof(int4) * max_tiles)};
+    int n_wide[2] = {0, 0};
     size_t row0 = 0;
     for (int e = 0; e < E; e++) {
         const int mt = form == LIST_STEP ? (rows_e[e] + g_list_step - 1) / g_list_step : (rows_e[e] + BM - 1) / BM;
@@ -807,8 +915,23 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
                 const int left = rows_e[e] - m * sstep;
                 if (left > 0) hs[sh.n_swap++] = make_int4((int)row0 + m * sstep, left < sstep ? left : sstep, e, nb * 128);
             }
+        /* the wide swapped tiles: the expert's rows over ceil(rows / tw) tiles, evenly (a multiple of 8) */
+        for (int l = 0; l < 2; l++) {
+            const int tw = l ? 160 : 192, mw = (rows_e[e] + tw - 1) / tw, wstep = ((rows_e[e] + mw - 1) / mw + 7) / 8 * 8;
+            for (int nb = 0; nb < N / BN; nb++)
+                for (int m = 0; m < mw; m++) {
+                    const int left = rows_e[e] - m * wstep;
+                    if (left > 0) hw[l][n_wide[l]++] = make_int4((int)row0 + m * wstep, left < wstep ? left : wstep, e, nb * BN);
+                }
+        }
         for (int r = 0; r < rows_e[e]; r++) hre[row0 + r] = e;
         row0 += rows_e[e];
+    }
+    for (int l = 0; l < 2; l++) {
+        sh.n_wide[l] = n_wide[l];
+        CHECK(cudaMalloc(&sh.wide[l], sizeof(int4) * (n_wide[l] + 1)));
+        CHECK(cudaMemcpy(sh.wide[l], hw[l], sizeof(int4) * n_wide[l], cudaMemcpyHostToDevice));
+        free(hw[l]);
     }
     if (form == LIST_PARTIAL_LAST) { /* stable: full tiles in their order, then the partial ones */
         int4 *moved = (int4 *)malloc(sizeof(int4) * sh.n_tiles);
@@ -859,7 +982,7 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
 static void free_shape(shape &sh)
 {
     cudaFree(sh.A), cudaFree(sh.B), cudaFree(sh.C[0]), cudaFree(sh.C[1]), cudaFree(sh.tiles), cudaFree(sh.pairs), cudaFree(sh.swap), cudaFree(sh.row_e);
-    cudaFree(sh.A_src), cudaFree(sh.row_src);
+    cudaFree(sh.A_src), cudaFree(sh.row_src), cudaFree(sh.wide[0]), cudaFree(sh.wide[1]);
 }
 
 /* Outputs v of the shape: bf16 bits on the host. */
@@ -883,7 +1006,7 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
                    const CUtensorMap &ta64, const CUtensorMap *sw)
 {
     lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles, sh.pairs, sh.n_pairs, sh.swap, sh.n_swap, g_counter,
-                  sh.A_src, sh.row_src, g_stamp};
+                  sh.A_src, sh.row_src, g_stamp, {sh.wide[0], sh.wide[1]}, {sh.n_wide[0], sh.n_wide[1]}};
     switch (k) {
     case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
@@ -899,14 +1022,21 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
     case 11: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_list_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
     case 12: CHECK(cudaMemsetAsync(g_counter, 0, 4)); gemm_swapin_dyn<<<g_sms, 384, g_smem>>>(g, ta, tb); break;
     case 13: gemm_gather<1><<<g_sms, 384, g_smem>>>(g, tb, sw[5]); break;
+    case 15: gemm_swapwide<192, 3><<<g_sms, 384, sizeof(ws_smem_t<192, 3>) + 1024>>>(g, sw[6], tb); break;
+    case 16: gemm_swapwide<192, 4><<<g_sms, 384, sizeof(ws_smem_t<192, 4>) + 1024>>>(g, sw[6], tb); break;
+    case 17: gemm_swapwide<160, 4><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb); break;
+    case 18: gemm_swapwide<160, 4, 16><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb); break;
+    case 19: gemm_swapwide<160, 4, 32><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb); break;
     default: gemm_gather<2><<<g_sms, 384, g_smem>>>(g, tb, sw[5]); break;
     }
     CHECK(cudaGetLastError());
 }
 
-static const char *kernel_name[15] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
+static const char *kernel_name[20] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
                                      "multicast", "pair, no multicast", "plain in clusters", "pair list", "swapped", "swapped in place", "swapped in place, 16",
-                                      "tile list, claimed", "swapped in place, claimed", "gathered, cp.async", "gathered, a TMA a row"};
+                                      "tile list, claimed", "swapped in place, claimed", "gathered, cp.async", "gathered, a TMA a row",
+                                      "swapped wide 192, 3 stages", "swapped wide 192, 4 stages", "swapped wide 160, 4 stages",
+                                      "swapped wide 160, widths by 16", "swapped wide 160, widths by 32"};
 
 /* "claimed": one more launch right after a form's timing, with each tile's
  * start stamped; prints that launch's time, the timed launches' spread, and
@@ -1010,12 +1140,15 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
     CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
     CUtensorMap ta64 = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 64, BK);
-    CUtensorMap sw[6]; /* [5]: the gathered forms' rows, one a box */
+    CUtensorMap sw[8]; /* [5]: the gathered forms' rows, one a box; [6], [7]: tokens by 192 / 160 (wide swapped) */
     sw[0] = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, 128, BK);
     for (int i = 0; i < 4; i++)
         sw[1 + i] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 128 >> i, BK);
     sw[5] = lab_make_map(sh.A_src, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows, K, 1, BK);
-    printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles\n", name, E, sh.rows, M_e, jitter, N, K, sh.n_tiles);
+    sw[6] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 192, BK);
+    sw[7] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 160, BK);
+    printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles (wide: %d at 192, %d at 160)\n", name, E, sh.rows, M_e,
+           jitter, N, K, sh.n_tiles, sh.n_wide[0], sh.n_wide[1]);
     CHECK(cudaMemset(sh.C[0], 0xFF, sh.rows * N * 2)); /* NaN-poisoned */
     CHECK(cudaMemset(g_failed, 0, 4));
     launch(ks[0], sh, 0, ta, tb, tbh, ta64, sw);
@@ -1097,6 +1230,11 @@ int main(int argc, char **argv)
     CHECK(cudaFuncSetAttribute(gemm_swapin_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_gather<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
     CHECK(cudaFuncSetAttribute(gemm_gather<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_smem));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<192, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<192, 3>) + 1024));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<192, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<192, 4>) + 1024));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
     /* pairs of SMs in one GPC: fewer than sms / 2 may be resident at once,
      * and a persistent grid must not wait for a second wave */
     cudaLaunchConfig_t cfg = {};
@@ -1108,6 +1246,29 @@ int main(int argc, char **argv)
     CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)gemm_multicast, &cfg));
     g_grid_mc = 2 * (clusters < g_sms / 2 ? clusters : g_sms / 2);
     printf("%d SMs, %d 2-CTA clusters resident at once: multicast grid %d\n", g_sms, clusters, g_grid_mc);
+    if (argc >= 2 && strcmp(argv[1], "wide") == 0) { /* `mc_lab wide [MS]`: the wide swapped tiles against in place (fortieth session) */
+        g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 0.0f;
+        const int wk[4] = {9, 17, 18, 19}, wk8[5] = {2, 9, 17, 18, 19};
+        run("small, 600 +- 90 rows", 3, 600, 90, 512, 448, wk8, 5, 1, 3, LIST_BALANCED);
+        run("pro GEMM1 T=2048, balanced", 48, 256, 27, 6144, 7168, wk, 4, 0, 5, LIST_BALANCED);
+        run("pro GEMM2 T=2048, balanced", 48, 256, 27, 7168, 3072, wk, 4, 0, 5, LIST_BALANCED);
+        run("flash GEMM1 T=2048, balanced", 32, 384, 33, 4096, 4096, wk, 4, 0, 5, LIST_BALANCED);
+        run("flash GEMM2 T=2048, balanced", 32, 384, 33, 4096, 2048, wk, 4, 0, 5, LIST_BALANCED);
+        run("flash GEMM1 T=512, balanced", 32, 96, 16, 4096, 4096, wk, 4, 0, 5, LIST_BALANCED);
+        run("pro GEMM1 T=8192, balanced", 48, 1024, 54, 6144, 7168, wk8, 5, 0, 3, LIST_BALANCED);
+        run("flash GEMM1 T=8192, balanced", 32, 1536, 66, 4096, 4096, wk8, 5, 0, 3, LIST_BALANCED);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "wstep") == 0) { /* `mc_lab wstep [MS]`: the wide tile's rate against its width N */
+        g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 0.0f;
+        const int wk[2] = {9, 17};
+        char name[96];
+        for (int v = 96; v <= 160; v += 8) { /* experts of exactly 2 v rows: 2 wide tiles of v (in place: 2 or 3 tiles) */
+            snprintf(name, sizeof name, "pro GEMM1 shape, every expert 2 x %d rows", v);
+            run(name, 48, 2 * v, 0, 6144, 7168, wk, 2, 0, 3, LIST_BALANCED);
+        }
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "gather") == 0) { /* gathered A rows (mega's GEMM1) against TMA of copied rows */
         g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 0.0f;
         const int gk[3] = {2, 13, 14};
