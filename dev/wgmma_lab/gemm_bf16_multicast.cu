@@ -54,7 +54,9 @@
  *   swapped wide (`mc_lab wide MS`, `wstep MS`; fortieth session): the
  *              in-place tile with up to 160 / 192 tokens a tile (fewer tiles
  *              an expert): 0.95-0.97 at flash T = 2048, 0.94-0.96 of the
- *              tile list at T = 8192, pro GEMM1 T = 2048 0.93-1.14 (noisy).
+ *              tile list at T = 8192; pro GEMM1 T = 2048 1.03-1.15 in the
+ *              static order, 0.915 claimed (kernel 21: the static order
+ *              drifts apart the m tiles that share a weight slice).
  *   every thread arrives: 256 arrivals free a stage (the library's wg_mma_tile).
  *   tile list: experts of M_e +- J rows (uniform routing's spread), the last
  *              tile of an expert partial, a warpgroup with no valid row
@@ -114,8 +116,8 @@ struct lab_args {
     const __nv_bfloat16 *A_src; /* gathered forms: A's rows in token order (row i of A is row row_src[i] here) */
     const int *row_src;
     unsigned long long *stamp; /* NULL, or [n_tiles]: each tile's start (globaltimer ns) by the producer ("claimed") */
-    const int4 *wide[2];       /* the wide swapped tiles (kernels 15-17): <= 192 / <= 160 tokens x 256 weight rows */
-    int n_wide[2];
+    const int4 *wide[3];       /* the wide swapped tiles (kernels 15-20): <= 192 / 160 / 144 tokens x 256 weight rows */
+    int n_wide[3];
 };
 
 __device__ __forceinline__ uint32_t cluster_rank()
@@ -601,6 +603,8 @@ struct ws_smem_t {
     __nv_bfloat16 a[ST][TW * BK]; /* tokens, TW x 64 (TW * 128 bytes: a multiple of 1024) */
     __nv_bfloat16 b[ST][BN * BK]; /* weights, 256 x 64 */
     uint64_t full[ST], empty[ST];
+    uint64_t qf[2], qe[2]; /* DYN: the claimed tile's queue, producer thread -> consumers */
+    int q[2];
 };
 
 template <int TW, int ST, int NW>
@@ -613,16 +617,20 @@ __device__ __forceinline__ void ws_tile(const lab_args &g, ws_smem_t<TW, ST> &s,
     store_swapped<NW / 8>(g, d + WS_HALF, row0, valid, NW, n0 + 128 + 64 * h, warp, lane);
 }
 
-template <int TW, int ST, int RND = 8> /* RND: the widths' rounding (8, 16, 32: fewer K-loop instances) */
+/* RND: the widths' rounding (8, 16, 32: fewer K-loop instances); DYN: tiles
+ * claimed from g.counter (mega's order: tiles sharing a weight slice stay
+ * neighbours in time), not block + k x grid (split's). */
+template <int TW, int ST, int RND = 8, bool DYN = false>
 __global__ void __launch_bounds__(384, 1) gemm_swapwide(const lab_args g, const __grid_constant__ CUtensorMap tx,
                                                         const __grid_constant__ CUtensorMap tb)
 {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     ws_smem_t<TW, ST> &s = *(ws_smem_t<TW, ST> *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK, L = TW == 192 ? 0 : 1;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, n_k = g.K / BK, L = TW == 192 ? 0 : TW == 160 ? 1 : 2;
     if (threadIdx.x == 0) {
         tile_wait_arm();
         for (int i = 0; i < ST; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 8);
+        for (int i = 0; i < 2; i++) mbar_init(&s.qf[i], 1), mbar_init(&s.qe[i], 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -632,7 +640,15 @@ __global__ void __launch_bounds__(384, 1) gemm_swapwide(const lab_args g, const 
         setmaxnreg_dec<TW == 192 ? 24 : 40>(); /* 192: the consumers at 240 (2 x 240 + 24 = 3 x 168) */
 #endif
         if (t == 0)
-            for (int i = blockIdx.x; i < g.n_wide[L]; i += gridDim.x) {
+            for (int n = 0;; n++) {
+                int i = blockIdx.x + n * gridDim.x;
+                if (DYN) {
+                    i = (int)atomicAdd(g.counter, 1u);
+                    mbar_wait_bounded(&s.qe[n & 1], ((n >> 1) & 1) ^ 1, WAIT_NS);
+                    *(volatile int *)&s.q[n & 1] = i;
+                    mbar_arrive(&s.qf[n & 1]);
+                }
+                if (i >= g.n_wide[L]) break;
                 const int4 tl = g.wide[L][i];
                 for (int kt = 0; kt < n_k; kt++, kg++) {
                     const int st = kg % ST;
@@ -654,7 +670,15 @@ __global__ void __launch_bounds__(384, 1) gemm_swapwide(const lab_args g, const 
         setmaxnreg_inc<TW == 192 ? 240 : 232>();
 #endif
         const int h = wg - 1, warp = t / 32, lane = t % 32;
-        for (int i = blockIdx.x; i < g.n_wide[L]; i += gridDim.x) {
+        for (int n = 0;; n++) {
+            int i = blockIdx.x + n * gridDim.x;
+            if (DYN) {
+                mbar_wait_bounded(&s.qf[n & 1], (n >> 1) & 1, WAIT_NS);
+                i = *(volatile int *)&s.q[n & 1];
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&s.qe[n & 1]);
+            }
+            if (i >= g.n_wide[L]) break;
             const int4 tl = g.wide[L][i];
             switch ((tl.y + RND - 1) / RND * (RND / 8)) {
 #define WS_WIDTH(q) \
@@ -849,8 +873,8 @@ struct shape {
     int n_tiles, *row_e, n_pairs, n_swap;
     __nv_bfloat16 *A_src; /* A's rows in a token order (gathered forms): row i of A at row row_src[i] */
     int *row_src;
-    int4 *wide[2]; /* the wide swapped tiles: [0] <= 192 tokens a tile, [1] <= 160 (gemm_swapwide) */
-    int n_wide[2];
+    int4 *wide[3]; /* the wide swapped tiles: [0] <= 192 tokens a tile, [1] <= 160, [2] <= 144 (gemm_swapwide) */
+    int n_wide[3];
 };
 
 /* The tile list's forms: split's order; the same tiles with every partial
@@ -866,7 +890,7 @@ static int g_list_step = 128; /* LIST_STEP: every tile of g_list_step rows (an e
 
 static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIST_SPLIT_ORDER)
 {
-    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, {NULL, NULL}, {0, 0}};
+    shape sh = {E, N, K, 0, NULL, NULL, {NULL, NULL}, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, {NULL, NULL, NULL}, {0, 0, 0}};
     int *rows_e = (int *)malloc(sizeof(int) * E);
     for (int e = 0; e < E; e++) /* deterministic, spread over [-jitter, jitter] (uniform routing's spread) */
         rows_e[e] = M_e + (jitter ? (int)(((uint32_t)e * 2654435761u >> 7) % (2 * jitter + 1)) - jitter : 0), sh.rows += rows_e[e];
@@ -876,8 +900,9 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
     int4 *hp = (int4 *)malloc(sizeof(int4) * max_tiles); /* pairs: as many tiles */
     int4 *hs = (int4 *)malloc(sizeof(int4) * (sh.rows / 128 + E) * (N / 128)); /* swapped: <= 256 tokens x 128 */
     int *hre = (int *)malloc(sizeof(int) * sh.rows);
-    int4 *hw[2] = {(int4 *)malloc(sizeof(int4) * max_tiles), (int4 *)malloc(sizeof(int4) * max_tiles)};
-    int n_wide[2] = {0, 0};
+    int4 *hw[3] = {(int4 *)malloc(sizeof(int4) * max_tiles), (int4 *)malloc(sizeof(int4) * max_tiles),
+                   (int4 *)malloc(sizeof(int4) * max_tiles)};
+    int n_wide[3] = {0, 0, 0};
     size_t row0 = 0;
     for (int e = 0; e < E; e++) {
         const int mt = form == LIST_STEP ? (rows_e[e] + g_list_step - 1) / g_list_step : (rows_e[e] + BM - 1) / BM;
@@ -916,8 +941,8 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
                 if (left > 0) hs[sh.n_swap++] = make_int4((int)row0 + m * sstep, left < sstep ? left : sstep, e, nb * 128);
             }
         /* the wide swapped tiles: the expert's rows over ceil(rows / tw) tiles, evenly (a multiple of 8) */
-        for (int l = 0; l < 2; l++) {
-            const int tw = l ? 160 : 192, mw = (rows_e[e] + tw - 1) / tw, wstep = ((rows_e[e] + mw - 1) / mw + 7) / 8 * 8;
+        for (int l = 0; l < 3; l++) {
+            const int tw = l == 0 ? 192 : l == 1 ? 160 : 144, mw = (rows_e[e] + tw - 1) / tw, wstep = ((rows_e[e] + mw - 1) / mw + 7) / 8 * 8;
             for (int nb = 0; nb < N / BN; nb++)
                 for (int m = 0; m < mw; m++) {
                     const int left = rows_e[e] - m * wstep;
@@ -927,7 +952,7 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
         for (int r = 0; r < rows_e[e]; r++) hre[row0 + r] = e;
         row0 += rows_e[e];
     }
-    for (int l = 0; l < 2; l++) {
+    for (int l = 0; l < 3; l++) {
         sh.n_wide[l] = n_wide[l];
         CHECK(cudaMalloc(&sh.wide[l], sizeof(int4) * (n_wide[l] + 1)));
         CHECK(cudaMemcpy(sh.wide[l], hw[l], sizeof(int4) * n_wide[l], cudaMemcpyHostToDevice));
@@ -982,7 +1007,7 @@ static shape make_shape(int E, int M_e, int jitter, int N, int K, int form = LIS
 static void free_shape(shape &sh)
 {
     cudaFree(sh.A), cudaFree(sh.B), cudaFree(sh.C[0]), cudaFree(sh.C[1]), cudaFree(sh.tiles), cudaFree(sh.pairs), cudaFree(sh.swap), cudaFree(sh.row_e);
-    cudaFree(sh.A_src), cudaFree(sh.row_src), cudaFree(sh.wide[0]), cudaFree(sh.wide[1]);
+    cudaFree(sh.A_src), cudaFree(sh.row_src), cudaFree(sh.wide[0]), cudaFree(sh.wide[1]), cudaFree(sh.wide[2]);
 }
 
 /* Outputs v of the shape: bf16 bits on the host. */
@@ -1006,7 +1031,8 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
                    const CUtensorMap &ta64, const CUtensorMap *sw)
 {
     lab_args g = {sh.E, (int)(sh.rows / sh.E), sh.N, sh.K, sh.C[v], g_failed, sh.tiles, sh.n_tiles, sh.pairs, sh.n_pairs, sh.swap, sh.n_swap, g_counter,
-                  sh.A_src, sh.row_src, g_stamp, {sh.wide[0], sh.wide[1]}, {sh.n_wide[0], sh.n_wide[1]}};
+                  sh.A_src, sh.row_src, g_stamp, {sh.wide[0], sh.wide[1], sh.wide[2]},
+                  {sh.n_wide[0], sh.n_wide[1], sh.n_wide[2]}};
     switch (k) {
     case 0: gemm_plain<false, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
     case 1: gemm_plain<true, false><<<g_sms, 384, g_smem>>>(g, ta, tb, ta64); break;
@@ -1027,16 +1053,22 @@ static void launch(int k, const shape &sh, int v, const CUtensorMap &ta, const C
     case 17: gemm_swapwide<160, 4><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb); break;
     case 18: gemm_swapwide<160, 4, 16><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb); break;
     case 19: gemm_swapwide<160, 4, 32><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb); break;
+    case 20: gemm_swapwide<144, 4><<<g_sms, 384, sizeof(ws_smem_t<144, 4>) + 1024>>>(g, sw[8], tb); break;
+    case 21:
+        CHECK(cudaMemsetAsync(g_counter, 0, 4));
+        gemm_swapwide<160, 4, 8, true><<<g_sms, 384, sizeof(ws_smem_t<160, 4>) + 1024>>>(g, sw[7], tb);
+        break;
     default: gemm_gather<2><<<g_sms, 384, g_smem>>>(g, tb, sw[5]); break;
     }
     CHECK(cudaGetLastError());
 }
 
-static const char *kernel_name[20] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
+static const char *kernel_name[22] = {"plain", "plain, every thread arrives", "tile list", "tile list, every thread arrives",
                                      "multicast", "pair, no multicast", "plain in clusters", "pair list", "swapped", "swapped in place", "swapped in place, 16",
                                       "tile list, claimed", "swapped in place, claimed", "gathered, cp.async", "gathered, a TMA a row",
                                       "swapped wide 192, 3 stages", "swapped wide 192, 4 stages", "swapped wide 160, 4 stages",
-                                      "swapped wide 160, widths by 16", "swapped wide 160, widths by 32"};
+                                      "swapped wide 160, widths by 16", "swapped wide 160, widths by 32",
+                                      "swapped wide 144, 4 stages", "swapped wide 160, claimed"};
 
 /* "claimed": one more launch right after a form's timing, with each tile's
  * start stamped; prints that launch's time, the timed launches' spread, and
@@ -1140,13 +1172,14 @@ static void run(const char *name, int E, int M_e, int jitter, int N, int K, cons
     CUtensorMap tb = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN, BK);
     CUtensorMap tbh = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, BN / 2, BK);
     CUtensorMap ta64 = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 64, BK);
-    CUtensorMap sw[8]; /* [5]: the gathered forms' rows, one a box; [6], [7]: tokens by 192 / 160 (wide swapped) */
+    CUtensorMap sw[9]; /* [5]: the gathered forms' rows, one a box; [6], [7], [8]: tokens by 192 / 160 / 144 (wide swapped) */
     sw[0] = lab_make_map(sh.B, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, 128, BK);
     for (int i = 0; i < 4; i++)
         sw[1 + i] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 128 >> i, BK);
     sw[5] = lab_make_map(sh.A_src, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows, K, 1, BK);
     sw[6] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 192, BK);
     sw[7] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 160, BK);
+    sw[8] = lab_make_map(sh.A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (int)sh.rows + BM, K, 144, BK);
     printf("%s: E=%d rows %zu (%d +- %d an expert) N=%d K=%d, %d tiles (wide: %d at 192, %d at 160)\n", name, E, sh.rows, M_e,
            jitter, N, K, sh.n_tiles, sh.n_wide[0], sh.n_wide[1]);
     CHECK(cudaMemset(sh.C[0], 0xFF, sh.rows * N * 2)); /* NaN-poisoned */
@@ -1235,6 +1268,8 @@ int main(int argc, char **argv)
     CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
     CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
     CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<144, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<144, 4>) + 1024));
+    CHECK(cudaFuncSetAttribute(gemm_swapwide<160, 4, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(ws_smem_t<160, 4>) + 1024));
     /* pairs of SMs in one GPC: fewer than sms / 2 may be resident at once,
      * and a persistent grid must not wait for a second wave */
     cudaLaunchConfig_t cfg = {};
@@ -1248,9 +1283,12 @@ int main(int argc, char **argv)
     printf("%d SMs, %d 2-CTA clusters resident at once: multicast grid %d\n", g_sms, clusters, g_grid_mc);
     if (argc >= 2 && strcmp(argv[1], "wide") == 0) { /* `mc_lab wide [MS]`: the wide swapped tiles against in place (fortieth session) */
         g_sustain_ms = argc >= 3 ? (float)atof(argv[2]) : 0.0f;
-        const int wk[4] = {9, 17, 18, 19}, wk8[5] = {2, 9, 17, 18, 19};
+        const int wk[4] = {9, 12, 17, 21}, wk8[5] = {2, 9, 12, 17, 21}; /* 12: in place, claimed */
         run("small, 600 +- 90 rows", 3, 600, 90, 512, 448, wk8, 5, 1, 3, LIST_BALANCED);
         run("pro GEMM1 T=2048, balanced", 48, 256, 27, 6144, 7168, wk, 4, 0, 5, LIST_BALANCED);
+        run("pro GEMM1 T=2048, balanced, again", 48, 256, 27, 6144, 7168, wk, 4, 0, 5, LIST_BALANCED);
+        run("pro GEMM1 T=2048, exact 256 rows", 48, 256, 0, 6144, 7168, wk, 4, 0, 5, LIST_BALANCED);
+        run("pro GEMM1 T=2048, exact 288 rows", 48, 288, 0, 6144, 7168, wk, 4, 0, 5, LIST_BALANCED);
         run("pro GEMM2 T=2048, balanced", 48, 256, 27, 7168, 3072, wk, 4, 0, 5, LIST_BALANCED);
         run("flash GEMM1 T=2048, balanced", 32, 384, 33, 4096, 4096, wk, 4, 0, 5, LIST_BALANCED);
         run("flash GEMM2 T=2048, balanced", 32, 384, 33, 4096, 2048, wk, 4, 0, 5, LIST_BALANCED);
