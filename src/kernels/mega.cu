@@ -607,8 +607,11 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         MEGA_TRACE_MARK(sh);
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }
-    if constexpr (MODE == MODE_WGMMA)
-        wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    if constexpr (MODE == MODE_WGMMA) {
+        /* non-bf16 GEMM2 outputs (the C-tile epilogue); never in the wide instance (launch refuses it) */
+        if constexpr (BM == WG_BM)
+            wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    }
     else if constexpr (MODE_RS(MODE)) {
         /* 128 rows: the chunk epilogue inlined spills in this kernel, so it
          * runs after the tile as a call (fr_epilogue_after) */
@@ -718,12 +721,13 @@ __device__ __forceinline__ void run_producer_barrier() { asm volatile("bar.sync 
  * Thread t copies chunk t % 8 of rows t / 8 + 16 i, so each warp instruction
  * reads 4 whole 128-byte lines (lane per row: 2x the L2 sectors, 20 % slower
  * at T = 2048). Rows past rows_valid stay unwritten: their outputs are never
- * stored. src[i]: row t / 8 + 16 i's chunk, NULL past rows_valid. */
-__device__ __forceinline__ void gather_rows(const moe_ep_mega_args_t &a, const int32_t *dq, int t, const uint16_t *(&src)[8])
+ * stored. src[i]: row t / 8 + 16 i's chunk, NULL past rows_valid (NR = tile rows / 16). */
+template <int NR>
+__device__ __forceinline__ void gather_rows(const moe_ep_mega_args_t &a, const int32_t *dq, int t, const uint16_t *(&src)[NR])
 {
     const int row0 = dq[3], rows_valid = dq[4];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < NR; i++) {
         const int r = (t >> 3) + 16 * i;
         src[i] = NULL;
         if (r < rows_valid) {
@@ -736,8 +740,9 @@ __device__ __forceinline__ void gather_rows(const moe_ep_mega_args_t &a, const i
 /* K steps kt0 .. kt1 - 1 of a gathering GEMM1 tile: B by thread 0's TMA, A by
  * every thread's copies, each thread's making its arrival on the stage (with
  * the expect_tx, 1 + RUN_PRODUCERS). */
-__device__ __forceinline__ void gather_steps(const mega_params &p, wg_smem &s, const int32_t *dq, int t,
-                                             const uint16_t *const (&src)[8], int kt0, int kt1, int &kg)
+template <int NR, typename S>
+__device__ __forceinline__ void gather_steps(const mega_params &p, S &s, const int32_t *dq, int t,
+                                             const uint16_t *const (&src)[NR], int kt0, int kt1, int &kg)
 {
     const int e = dq[1], n0 = dq[5];
     const uint32_t off = (uint32_t)(t >> 3) * 128u + ((uint32_t)((t & 7) ^ ((t >> 3) & 7)) << 4);
@@ -750,7 +755,7 @@ __device__ __forceinline__ void gather_steps(const mega_params &p, wg_smem &s, c
         }
         const uint32_t base = smem_u32(s.a[st]) + off;
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < NR; i++)
             if (src[i]) cp_async16(base + 16u * 128u * (uint32_t)i, src[i] + kt * WG_BK);
         cp_async_mbar_arrive(&s.full[st]);
     }
@@ -767,7 +772,7 @@ __device__ __forceinline__ void gather_steps(const mega_params &p, wg_smem &s, c
  * then loads it: gathering GEMM1 tiles all 128 threads, the others thread 0
  * alone by TMA (arriving for the rest). */
 template <int BM, int MODE>
-__device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *sh, wg_smem &s, int item, int base, int t)
+__device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *sh, wg_smem_t<BM> &s, int item, int base, int t)
 {
     const mega_params &p = *pinned(&p_); /* parameters read here: nothing derived from them held across the kernel */
     int kg = 0;
@@ -779,7 +784,7 @@ __device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *
         if (!gemm) return;
         const int e = dq[1], row0 = dq[3], n0 = dq[5];
         if (gemm == 1 && p.gather) {
-            const uint16_t *src[8];
+            const uint16_t *src[BM / 16];
             gather_rows(p.a, dq, t, src);
             gather_steps(p, s, dq, t, src, 0, mid, kg);
             if (t == 0) item = claim_next(p.a);
@@ -804,8 +809,8 @@ __device__ __forceinline__ void run_produce(const mega_params &p_, mega_shared *
  * read again after the K loop (nothing but the accumulators held across it)
  * and its slot given back then. Each tile's outputs are fenced by every
  * consumer, then one thread releases its done counter. */
-template <bool SWAP>
-__device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *sh, wg_smem &s, int h, int t)
+template <bool SWAP, int BM>
+__device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *sh, wg_smem_t<BM> &s, int h, int t)
 {
     int kg = 0;
     for (int q = 0;; q++) {
@@ -815,9 +820,9 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
             mbar_arrive(&sh->run_empty[q & 1]);
             return;
         }
-        float d[128];
+        float d[2 * wg_smem_t<BM>::HALF]; /* 128; the wide tile's 144 (wg_smem_t::HALF) */
 #pragma unroll
-        for (int i = 0; i < 128; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
+        for (int i = 0; i < 2 * wg_smem_t<BM>::HALF; i++) d[i] = 0.0f; /* else the last tile's values stay live around the loop */
         /* p.g1: the waits' bound; gathered A: fenced per stage (free: 0.99-1.01 without it) */
         wg_bf16_mma<SWAP>(p_.g1, s, d, h, (gemm == 1 ? p_.g1.K : p_.g2.K) / WG_BK, kg, gemm == 1 && p_.gather,
                     sh->run_q[q & 1][4]); /* SWAP: this instance's form, the width from the valid rows */
@@ -845,17 +850,28 @@ template <int BM, int MODE, bool SWAP>
 __device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, int item, int base)
 {
     sh = pinned(sh), smem = pinned(smem); /* addresses derived here stay here */
-    wg_smem &s = *(wg_smem *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
+    wg_smem_t<BM> &s = *(wg_smem_t<BM> *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int q = 0; q < 2; q++) mbar_init(&sh->run_full[q], 1), mbar_init(&sh->run_empty[q], 256);
         wg_ring_init<WG_STAGES>(p.g1, s.full, s.empty, 1 + RUN_PRODUCERS); /* and the fence for both */
     }
     __syncthreads();
+    constexpr bool WIDE = BM == WG_BM_WIDE; /* 144 accumulators: registers moved to the consumers */
     if (wg == 0) {
+        if constexpr (WIDE) setmaxnreg_dec<WG_WIDE_PRODUCER_REGS>();
         run_produce<BM, MODE>(p, sh, s, item, base, t);
+        if constexpr (WIDE) {
+            wg_registers_back_wait(); /* asleep until the consumers gave their registers back */
+            setmaxnreg_inc<FR_LAUNCH_REGS>();
+        }
     } else {
+        if constexpr (WIDE) setmaxnreg_inc<WG_WIDE_CONSUMER_REGS>();
         run_consume<SWAP>(p, sh, s, wg - 1, t);
+        if constexpr (WIDE) {
+            setmaxnreg_dec<FR_LAUNCH_REGS>();
+            wg_registers_back_arrive();
+        }
     }
     __syncthreads(); /* every TMA landed, every arrival made */
     const int end = sh->run_end;
@@ -1234,7 +1250,7 @@ template <int BM, int MODE>
 __host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split_dims_t &d)
 {
     moe_ep_format_t af = moe_ep_path_act_format(d.path), wf = moe_ep_path_weight_format(d.path);
-    if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES + 15) / 16 * 16;
+    if constexpr (MODE == MODE_WGMMA) return (WG_SMEM_BYTES_OF(BM) + 15) / 16 * 16;
     else if constexpr (MODE_RS(MODE)) return mega_rs_shared_offset<BM, MODE>();
     else return (gemm_smem_bytes<BM, MEGA_BN, MODE>(af, wf) + 15) / 16 * 16;
 }
@@ -1414,16 +1430,21 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     if (!p.xs.stages) /* not reached: moe_ep_mega_unsupported refuses such hidden sizes first */
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: hidden too large for the dispatch's shared memory", name);
     int64_t rows = (int64_t)a->d.R * a->d.T_max * a->d.K; /* rows of every source rank's slots: the buffers' capacity */
-    if (MODE == MODE_WGMMA) {
-        MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1));
-        MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2));
-    } else if (MODE_RS(MODE)) {
+    if constexpr (MODE == MODE_WGMMA) {
+        if (BM != WG_BM && (SB != MEGA_WG_SWAP || p.g2.out_fmt != MOE_EP_FORMAT_BF16))
+            return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: the %d-row bf16 tile is swapped, bf16 wire only", name, BM);
+        MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1, BM));
+        MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2, BM));
+    } else if constexpr (MODE_RS(MODE)) {
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));
     }
     mega_forward<BM, MODE, SB><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
     return moe_ep_launch_check(name);
 }
+
+/* Dynamic shared memory a block of sm_90 may have. */
+#define MEGA_SMEM_MAX (227 * 1024)
 
 /* The register tile of mode MODE with a->d.tile_rows activation rows (128,
  * 64, 32 or 16: moe_ep_single_tile_allows). */
@@ -1443,7 +1464,7 @@ static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
  * (256 threads) for bf16, FP8-BLOCK, MXFP8 and W4A8, whose 64-row instances
  * spill here (see the tile rows note above; MXFP8 / W4A8 since the staged
  * dispatch); tile_rows 128 with bf16: the TMA
- * + HGMMA tile (384 threads); FP8-BLOCK, MXFP8,
+ * + HGMMA tile (384 threads; 144: its wide swapped form, mega.c's set_knobs); FP8-BLOCK, MXFP8,
  * W4A8 and NVFP4 where their shapes allow: the exact fp16 HGMMA register tile
  * (128, 64, 32 or 16 rows, 384 threads; tile_rows is then one of those);
  * FP8-BLOCK layers with fp8_fast_accum its QGMMA instances (RS_FP8_QG). */
@@ -1456,6 +1477,10 @@ static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream
     switch (moe_ep_path_act_format(a->d.path)) {
     case MOE_EP_FORMAT_BF16:
         return small                     ? launch<16, MODE_BF16, 0>(a, s)
+               : a->d.tile_rows == WG_BM_WIDE
+                   ? (mega_smem_bytes<WG_BM_WIDE, MODE_WGMMA>(a->d) <= MEGA_SMEM_MAX /* else the 128-row one: the same bits */
+                          ? launch<WG_BM_WIDE, MODE_WGMMA, MEGA_WG_SWAP>(a, s)
+                          : launch<WG_BM, MODE_WGMMA, MEGA_WG_SWAP>(a, s))
                : a->d.tile_rows == 128 ? (a->d.bf16_swapped ? launch<WG_BM, MODE_WGMMA, MEGA_WG_SWAP>(a, s)
                                                             : launch<WG_BM, MODE_WGMMA, 0>(a, s))
                                        : launch<32, MODE_BF16, 0>(a, s);

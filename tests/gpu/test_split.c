@@ -1005,8 +1005,10 @@ static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
         if (!made) free_layer(g, l);
     }
     versus_reference("wgmma", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_MXFP8, 2, 512), &sp, &d, stream);
-    sp.nt[1] = 300; /* a partial last tile on some experts */
+    sp.nt[1] = 300; /* a partial last tile on some experts; mega: its wide 144-row tiles (~406 rows an expert: 3) */
     versus_reference("wgmma uneven", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
+    sp.nt[0] = 280, sp.nt[1] = 0; /* ~140 rows an expert: mega's wide tiles one or two an expert, widths 64-144 */
+    versus_reference("wgmma wide", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
     dev_free(&d);
     fixture_free(&f);
 }

@@ -29,6 +29,15 @@ __device__ __forceinline__ void tile_wait(const gemm_args &g, uint64_t *b, int p
 }
 
 #define WG_BM 128
+/* Mega's wide swapped bf16 tile: up to 144 rows (tokens) x 256 weight rows,
+ * for forwards whose experts get 128 < rows <= 512 on average (mega.c:
+ * set_knobs), so an expert of 256-288 rows takes 2 tiles, not 3 (the kernel
+ * lab, fortieth session: 0.915-0.95 of the 128-row tile's GEMM at pro
+ * T = 2048, claimed as mega claims; 0.95-0.97 at flash 2048). Its consumers
+ * need WG_WIDE_CONSUMER_REGS (setmaxnreg in mega's GEMM runs). */
+#define WG_BM_WIDE 144
+#define WG_WIDE_PRODUCER_REGS 72
+#define WG_WIDE_CONSUMER_REGS 216
 #define WG_BN 256
 #define WG_BK 64
 #define WG_STAGES 4
@@ -47,15 +56,24 @@ __host__ __device__ __forceinline__ int wg_tile_step(int rows, int m_e) { return
 /* bf16 elements of one consumer warp's store staging (wg_store_bf16): 16 rows x 64 columns */
 #define WG_STAGE_ELEMS (16 * 64)
 
-struct wg_smem {
-    __nv_bfloat16 a[WG_STAGES][WG_BM * WG_BK]; /* 16 KB per stage, 1024-byte aligned */
+/* The ring of a tile of BMA rows: WG_BM, or mega's wide swapped tile
+ * (WG_BM_WIDE). HALF: where the swapped tile's second m64 block's
+ * accumulators start (d[0 .. HALF): weight rows 64 h .., d[HALF ..): 128 +
+ * 64 h ..), fixed for every width NW <= BMA (at d + NW / 2, the kernel lab's
+ * ptxas put every width's accumulators on the stack). */
+template <int BMA>
+struct wg_smem_t {
+    static constexpr int ROWS = BMA, HALF = BMA / 2;
+    __nv_bfloat16 a[WG_STAGES][BMA * WG_BK];   /* 16 KB per stage (18 KB wide), 1024-byte aligned */
     __nv_bfloat16 b[WG_STAGES][WG_BN * WG_BK]; /* 32 KB per stage */
     __nv_bfloat16 stage[8 * WG_STAGE_ELEMS];   /* the 8 consumer warps' bf16 store staging, 2 KB each */
     uint64_t full[WG_STAGES], empty[WG_STAGES];
 };
+typedef wg_smem_t<WG_BM> wg_smem;
 
 /* Dynamic shared memory of the tile: the ring plus room to align it. */
-#define WG_SMEM_BYTES (sizeof(wg_smem) + 1024)
+#define WG_SMEM_BYTES_OF(BMA) (sizeof(wg_smem_t<BMA>) + 1024)
+#define WG_SMEM_BYTES WG_SMEM_BYTES_OF(WG_BM)
 
 __device__ __forceinline__ void wg_consumer_barrier() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 /* Barrier 3 (the register tile): the consumers arrive once their
@@ -130,8 +148,8 @@ __device__ __forceinline__ int wg_swap_width(int rows_valid) { return (rows_vali
  * (B rows 64 h ..) and d[64..127] (B rows 128 + 64 h ..): d[64 b + 4 j ..
  * 4 j + 3] = weight rows R = 16 warp + lane / 4 (and R + 8 for the upper
  * two) x tile rows 8 j + 2 (lane % 4) + {0, 1}. As wg_mma_tile otherwise. */
-template <int NW>
-__device__ __forceinline__ void wg_swap_k_loop(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+template <int NW, typename S>
+__device__ __forceinline__ void wg_swap_k_loop(const gemm_args &g, S &s, float *d, int h, int n_k, int &kg,
                                                bool a_by_threads)
 {
     for (int kt = 0; kt < n_k; kt++, kg++) {
@@ -144,7 +162,7 @@ __device__ __forceinline__ void wg_swap_k_loop(const gemm_args &g, wg_smem &s, f
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++) {
             wgmma_bf16_n_lo<NW>(d, w0, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
-            wgmma_bf16_n_lo<NW>(d + 64, w1, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_bf16_n_lo<NW>(d + S::HALF, w1, x, kk, (kt > 0 || kk > 0) ? 1 : 0);
         }
         wgmma_commit();
         wgmma_wait<1>();
@@ -154,14 +172,16 @@ __device__ __forceinline__ void wg_swap_k_loop(const gemm_args &g, wg_smem &s, f
     mbar_arrive(&s.empty[(kg - 1) % WG_STAGES]); /* the tile's last stage */
 }
 
-#define WG_SWAP_WIDTHS(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16)
+#define WG_SWAP_WIDTHS(X) \
+    X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) X(17) X(18)
 
-__device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+template <typename S>
+__device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, S &s, float *d, int h, int n_k, int &kg,
                                                  bool a_by_threads, int nw)
 {
     switch (nw / 8) {
 #define WG_SWAP_K_LOOP(i) \
-    case i: wg_swap_k_loop<8 * i>(g, s, d, h, n_k, kg, a_by_threads); break;
+    case i: if constexpr (8 * i <= S::ROWS) wg_swap_k_loop<8 * i>(g, s, d, h, n_k, kg, a_by_threads); break;
         WG_SWAP_WIDTHS(WG_SWAP_K_LOOP)
 #undef WG_SWAP_K_LOOP
     }
@@ -172,13 +192,13 @@ __device__ __forceinline__ void wg_swap_mma_tile(const gemm_args &g, wg_smem &s,
  * the warp's 16; swapped: weight row lane / 4 + 8 half, tile rows 8 j +
  * 2 (lane % 4), + 1), rounded as epilogue_chunks does (moe_ep_pack_bf16x2;
  * GLU: SwiGLU with the up value 64 accumulators on first). */
-template <bool GLU>
+template <bool GLU, int UP = 64>
 __device__ __forceinline__ uint32_t wg_bf16_pair(const gemm_args &g, const float *d, int j, int half)
 {
     float lo = d[4 * j + 2 * half], hi = d[4 * j + 2 * half + 1];
     if constexpr (GLU) {
-        lo = moe_ep_swiglu(lo, d[4 * (j + 16) + 2 * half], g.swiglu_limit);
-        hi = moe_ep_swiglu(hi, d[4 * (j + 16) + 2 * half + 1], g.swiglu_limit);
+        lo = moe_ep_swiglu(lo, d[4 * j + UP + 2 * half], g.swiglu_limit);
+        hi = moe_ep_swiglu(hi, d[4 * j + UP + 2 * half + 1], g.swiglu_limit);
     }
     return moe_ep_pack_bf16x2(lo, hi);
 }
@@ -195,21 +215,24 @@ __device__ __forceinline__ void wg_group_barrier(int h) { asm volatile("bar.sync
  * columns of 8 output rows, then each thread stores 16 bytes, a warp
  * instruction four whole 128-byte row pieces. The accumulators past the
  * tile's width were never written and are never stored. */
-template <bool GLU>
+template <bool GLU, int ROWS, int HALF>
 __device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const float *d, uint8_t *out,
                                                     int64_t pitch, int rows_valid, uint32_t buf, int h, int t)
 {
     const int warp = t / 32, lane = t % 32, i = lane % 8, m = lane / 8;
 #pragma unroll
-    for (int tc = 0; tc < 2; tc++) { /* tile rows 64 tc .. 64 tc + 63: j = 8 tc .. 8 tc + 7 */
+    for (int tc = 0; tc < (ROWS + 63) / 64; tc++) { /* tile rows 64 tc .. 64 tc + 63: j = 8 tc .. 8 tc + 7 */
         if (64 * tc >= rows_valid) break; /* warpgroup-uniform */
 #pragma unroll
         for (int pp = 0; pp < 4; pp++) {
-            /* matrix x: j = 8 tc + 2 pp + x / 2, weight rows + 8 (x % 2) */
+            /* matrix x: j = 8 tc + 2 pp + x / 2, weight rows + 8 (x % 2); the wide
+             * tile's last 16 rows (j 16, 17) need only pp = 0 (j past ROWS / 8:
+             * no accumulators, and rows past 144 are never read back) */
             const int j = 8 * tc + 2 * pp, row = 8 * (2 * pp + (m >> 1)) + i; /* lane l: row i of matrix m */
-            stmatrix_x4_trans(buf + row * 128 + (((2 * warp + (m & 1)) ^ i) << 4), wg_bf16_pair<GLU>(g, d, j, 0),
-                              wg_bf16_pair<GLU>(g, d, j, 1), wg_bf16_pair<GLU>(g, d, j + 1, 0),
-                              wg_bf16_pair<GLU>(g, d, j + 1, 1));
+            if (j >= ROWS / 8) break;
+            stmatrix_x4_trans(buf + row * 128 + (((2 * warp + (m & 1)) ^ i) << 4), wg_bf16_pair<GLU, HALF>(g, d, j, 0),
+                              wg_bf16_pair<GLU, HALF>(g, d, j, 1), wg_bf16_pair<GLU, HALF>(g, d, j + 1, 0),
+                              wg_bf16_pair<GLU, HALF>(g, d, j + 1, 1));
         }
         wg_group_barrier(h);
 #pragma unroll
@@ -226,7 +249,7 @@ __device__ __forceinline__ void wg_swap_store_block(const gemm_args &g, const fl
  * column n0 / 2 + 64 h + R is the SwiGLU of gate d[4 j ..] and up
  * d[64 + 4 j ..]; else d[64 b ..] is column n0 + 128 b + 64 h + R. The two
  * blocks are stored one after the other through the warpgroup's staging. */
-template <bool GLU>
+template <bool GLU, int ROWS, int HALF>
 __device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const float *d, const tile_pos &p, int h, int t,
                                                    __nv_bfloat16 *stage)
 {
@@ -234,10 +257,10 @@ __device__ __forceinline__ void wg_swap_store_bf16(const gemm_args &g, const flo
     const uint32_t buf = smem_u32(stage + 4 * h * WG_STAGE_ELEMS); /* the warpgroup's 4 warps' staging */
     uint8_t *out = g.out + p.row0 * pitch;
     if constexpr (GLU) {
-        wg_swap_store_block<true>(g, d, out + 2 * (p.n0 / 2 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<true, ROWS, HALF>(g, d, out + 2 * (p.n0 / 2 + 64 * h), pitch, p.rows_valid, buf, h, t);
     } else {
-        wg_swap_store_block<false>(g, d, out + 2 * (p.n0 + 64 * h), pitch, p.rows_valid, buf, h, t);
-        wg_swap_store_block<false>(g, d + 64, out + 2 * (p.n0 + 128 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<false, ROWS, HALF>(g, d, out + 2 * (p.n0 + 64 * h), pitch, p.rows_valid, buf, h, t);
+        wg_swap_store_block<false, ROWS, HALF>(g, d + HALF, out + 2 * (p.n0 + 128 + 64 * h), pitch, p.rows_valid, buf, h, t);
     }
 }
 
@@ -324,7 +347,8 @@ __device__ __forceinline__ void wg_store_bf16(const gemm_args &g, const float *d
 /* Producer thread: the tile's K steps kt0 .. kt1 - 1 (A rows from a_row, B
  * rows from b_row); `others` more arrivals per stage for producers the ring
  * counts that load nothing. */
-__device__ __forceinline__ void wg_load_steps(const gemm_args &g, wg_smem &s, const CUtensorMap *ta, const CUtensorMap *tb,
+template <typename S>
+__device__ __forceinline__ void wg_load_steps(const gemm_args &g, S &s, const CUtensorMap *ta, const CUtensorMap *tb,
                                               int kt0, int kt1, int a_row, int b_row, int &kg, uint32_t others)
 {
     for (int kt = kt0; kt < kt1; kt++, kg++) {
@@ -375,20 +399,20 @@ __device__ __forceinline__ void wg_mma_tile(const gemm_args &g, wg_smem &s, floa
 
 /* A tile with bf16 outputs (wg_persistent, mega's runs): its K loop into d,
  * swapped (SWAP) or not, then its outputs the same way. */
-template <bool SWAP>
-__device__ __forceinline__ void wg_bf16_mma(const gemm_args &g, wg_smem &s, float *d, int h, int n_k, int &kg,
+template <bool SWAP, typename S>
+__device__ __forceinline__ void wg_bf16_mma(const gemm_args &g, S &s, float *d, int h, int n_k, int &kg,
                                             bool a_by_threads, int rows_valid)
 {
     if constexpr (SWAP) wg_swap_mma_tile(g, s, d, h, n_k, kg, a_by_threads, wg_swap_width(rows_valid));
-    else wg_mma_tile(g, s, d, h, n_k, kg, a_by_threads, 64 * h >= rows_valid);
+    else if constexpr (S::ROWS == WG_BM) wg_mma_tile(g, s, d, h, n_k, kg, a_by_threads, 64 * h >= rows_valid);
 }
 
-template <bool GLU, bool SWAP>
-__device__ __forceinline__ void wg_bf16_store(const gemm_args &g, wg_smem &s, const float *d, const tile_pos &p, int h,
+template <bool GLU, bool SWAP, typename S>
+__device__ __forceinline__ void wg_bf16_store(const gemm_args &g, S &s, const float *d, const tile_pos &p, int h,
                                               int t)
 {
-    if constexpr (SWAP) wg_swap_store_bf16<GLU>(g, d, p, h, t, s.stage);
-    else wg_store_bf16<GLU>(g, d, p, h, t, s.stage);
+    if constexpr (SWAP) wg_swap_store_bf16<GLU, S::ROWS, S::HALF>(g, d, p, h, t, s.stage);
+    else if constexpr (S::ROWS == WG_BM) wg_store_bf16<GLU>(g, d, p, h, t, s.stage);
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
@@ -421,11 +445,12 @@ __device__ __forceinline__ void wgmma_tile(const gemm_args &g, const CUtensorMap
 }
 
 /* The tensor maps of one GEMM (A rows, B weights) for the tile. */
-static inline moe_ep_status_t wg_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb)
+static inline moe_ep_status_t wg_make_maps(const gemm_args &g, int64_t rows_capacity, CUtensorMap *ta, CUtensorMap *tb,
+                                           int box_rows = WG_BM)
 {
     if (g.a_fmt != MOE_EP_FORMAT_BF16 || g.b_fmt != MOE_EP_FORMAT_BF16 || g.N % WG_BN || g.K % WG_BK)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "the wgmma tile takes bf16 operands, N %% 256, K %% 64");
-    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 2, WG_BM));
+    MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 2, box_rows)); /* A: box_rows x 64 */
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 2, WG_BN);
 }
 
