@@ -141,9 +141,9 @@ static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k, int64_t ro
     a->d.tile_rows = t == 16 || t == 32 || t == 128 ? t : 64;
     a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
     a->d.bf16_swapped = t == 128 && moe_ep_bf16_swapped(rows, E); /* as split's (the same bits either way) */
-    /* swapped on the bf16 wire (every GEMM tile in the pipelined runs): the wide
+    /* bf16, swapped, on the bf16 wire (every GEMM tile in the pipelined runs): the wide
      * 144-row form (wgmma_tile.cuh: WG_BM_WIDE), fewer tiles an expert; the same bits */
-    if (a->d.bf16_swapped && a->d.wire == MOE_EP_WIRE_BF16) a->d.tile_rows = 144;
+    if (a->d.bf16_swapped && a->d.path == MOE_EP_PATH_BF16 && a->d.wire == MOE_EP_WIRE_BF16) a->d.tile_rows = 144;
 }
 
 static moe_ep_status_t enqueue_mega(void *args, moe_ep_stream_t stream)
