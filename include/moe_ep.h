@@ -201,8 +201,9 @@ typedef struct moe_ep_knobs {
                              bf16 with hidden % 256 == 0 and intermediate % 128 == 0 only;
                              the quantized paths with those shapes: 128, 64, 32 or 16
                              only, the register tile, fp8_block with fp8_fast_accum
-                             too); mega: 64 means its large tile, 32 rows for bf16
-                             (docs/knobs.md) */
+                             too); mega: 64 means its large tile, 32 rows for bf16,
+                             and bf16's 128 its 144-row wide form where the tile is
+                             swapped on the bf16 wire (the same bits; docs/knobs.md) */
     int gemm_ctas_per_sm; /* resident GEMM CTAs per SM (mega: blocks per SM): 1..4,
                              capped by occupancy */
 } moe_ep_knobs_t;
