@@ -26,7 +26,7 @@
 
 #define MEGA_BN 256 /* tile columns of both GEMMs */
 /* The TMA + wgmma tiles instead of gemm_tile's mma.sync (384 threads): bf16
- * HGMMA (wgmma_tile.cuh, 128 rows), the FP8 register tile (fp8_rs_tile.cuh,
+ * HGMMA (wgmma_tile.cuh, 128 rows; 144 in its wide swapped form), the FP8 register tile (fp8_rs_tile.cuh,
  * 128, 64, 32 or 16 rows; FP8-BLOCK with fp8_fast_accum its QGMMA instances). */
 #define MODE_WGMMA 3
 #define MODE_FP8_RS 5 /* the register tile (fp8_rs_tile.cuh): FP8-BLOCK */
