@@ -403,16 +403,24 @@ template <bool SWAP, typename S>
 __device__ __forceinline__ void wg_bf16_mma(const gemm_args &g, S &s, float *d, int h, int n_k, int &kg,
                                             bool a_by_threads, int rows_valid)
 {
-    if constexpr (SWAP) wg_swap_mma_tile(g, s, d, h, n_k, kg, a_by_threads, wg_swap_width(rows_valid));
-    else if constexpr (S::ROWS == WG_BM) wg_mma_tile(g, s, d, h, n_k, kg, a_by_threads, 64 * h >= rows_valid);
+    if constexpr (SWAP) {
+        wg_swap_mma_tile(g, s, d, h, n_k, kg, a_by_threads, wg_swap_width(rows_valid));
+    } else {
+        static_assert(S::ROWS == WG_BM, "the wide ring (WG_BM_WIDE) runs swapped tiles only");
+        wg_mma_tile(g, s, d, h, n_k, kg, a_by_threads, 64 * h >= rows_valid);
+    }
 }
 
 template <bool GLU, bool SWAP, typename S>
 __device__ __forceinline__ void wg_bf16_store(const gemm_args &g, S &s, const float *d, const tile_pos &p, int h,
                                               int t)
 {
-    if constexpr (SWAP) wg_swap_store_bf16<GLU, S::ROWS, S::HALF>(g, d, p, h, t, s.stage);
-    else if constexpr (S::ROWS == WG_BM) wg_store_bf16<GLU>(g, d, p, h, t, s.stage);
+    if constexpr (SWAP) {
+        wg_swap_store_bf16<GLU, S::ROWS, S::HALF>(g, d, p, h, t, s.stage);
+    } else {
+        static_assert(S::ROWS == WG_BM, "the wide ring (WG_BM_WIDE) runs swapped tiles only");
+        wg_store_bf16<GLU>(g, d, p, h, t, s.stage);
+    }
 }
 
 /* Every thread of a 384-thread block calls it. smem_raw: WG_SMEM_BYTES of
