@@ -133,15 +133,6 @@ void moe_ep_mega_destroy(moe_ep_layer_t l)
     moe_ep_split_destroy(l);
 }
 
-/* The wide bf16 tile's upper bound, rows an expert on average: the swapped range's (512,
- * moe_ep_bf16_swapped), measured at T = 2048 (docs/benchmarks.md, forty-first session). A
- * compile-time switch for A/B builds above it (T = 8192: 1024-1536 rows, where the 128-row
- * swapped form lost, 1.015-1.03, and the kernel lab's 160-row one took 0.94-0.96 of the tile
- * list): AB_CMAKE_B=-DCMAKE_C_FLAGS=-DMOE_EP_MEGA_WIDE_MAX_ROWS=2048 scripts/ab.sh. */
-#ifndef MOE_EP_MEGA_WIDE_MAX_ROWS
-#define MOE_EP_MEGA_WIDE_MAX_ROWS 512
-#endif
-
 static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k, int64_t rows, int E)
 {
     /* 16; 32 (the register tile only); 128: the wgmma tiles; else the large tile (mega.cu: the register
@@ -151,10 +142,13 @@ static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k, int64_t ro
     a->d.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
     a->d.bf16_swapped = t == 128 && moe_ep_bf16_swapped(rows, E); /* as split's (the same bits either way) */
     /* bf16 on the bf16 wire (every GEMM tile in the pipelined runs) with more than 128 rows an
-     * expert on average, up to MOE_EP_MEGA_WIDE_MAX_ROWS: the wide 144-row swapped form
-     * (wgmma_tile.cuh: WG_BM_WIDE), fewer tiles an expert; the same bits */
+     * expert on average: the wide 144-row swapped form (wgmma_tile.cuh: WG_BM_WIDE), fewer tiles
+     * an expert; the same bits. Paired A/B against the 128-row tiles (docs/benchmarks.md): mega
+     * fwd 0.954 / 0.967 at pro / flash T = 2048 (256 / 384 rows an expert, where the 128-row
+     * tile is swapped too), 0.969 / ~0.985 at T = 8192 (1024 / 1536, where it is not). Not
+     * below: 96 rows (flash T = 512) swapped lost 1.019. */
     const int wide = t == 128 && a->d.path == MOE_EP_PATH_BF16 && a->d.wire == MOE_EP_WIRE_BF16 &&
-                     rows > (int64_t)MOE_EP_BF16_SWAP_MIN_ROWS * E && rows <= (int64_t)MOE_EP_MEGA_WIDE_MAX_ROWS * E;
+                     rows > (int64_t)MOE_EP_BF16_SWAP_MIN_ROWS * E;
     if (wide) a->d.tile_rows = 144, a->d.bf16_swapped = 1;
 }
 

@@ -1015,6 +1015,15 @@ static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
     versus_reference("wgmma wide", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
     dev_free(&d);
     fixture_free(&f);
+    /* above the swapped range (E 2, K 2: ~600 / ~500 tokens a rank, ~1100 rows an expert): split's
+     * 128-row tiles in place, mega's wide swapped tiles 8 an expert */
+    fixture_init(&f, 2, 2, 512, 256, 1100, ROUTE_UNIFORM, rng);
+    dev_init(&d, &f);
+    sp = split_strided(2, 600, 600);
+    sp.nt[1] = 500;
+    versus_reference("wgmma wide many", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 600), &sp, &d, stream);
+    dev_free(&d);
+    fixture_free(&f);
 }
 
 /* fp8_fast_accum: FP8-BLOCK on the register tile's QGMMA instances. Every
