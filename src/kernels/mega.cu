@@ -616,7 +616,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         /* 128 rows: the chunk epilogue inlined spills in this kernel, so it
          * runs after the tile as a call (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
-        constexpr bool AFTER = BM == 128;
+        constexpr bool AFTER = BM == 128 || FR_PAIRED(FMT, BM);
         fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
     }
@@ -1262,8 +1262,16 @@ static size_t mega_smem_bytes(const moe_ep_split_dims_t &d)
            sizeof(int32_t) * (2 * (d.E + 1) + 2 * mega_threads<BM, MODE>());
 }
 
+/* Blocks per SM the instance is compiled for: 2 for the register tile's
+ * paired instances (fp8_rs_tile.cuh, FR_PAIR_MAX_ROWS), else 1. */
+template <int BM, int MODE>
+constexpr int mega_ctas_per_sm()
+{
+    return MODE_RS(MODE) ? FR_CTAS_OF(RS_FMT_OF(MODE), BM) : 1;
+}
+
 template <int BM, int MODE, int SB>
-__global__ void __launch_bounds__(mega_threads<BM, MODE>(), 1) mega_forward(const __grid_constant__ mega_params p)
+__global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM, MODE>()) mega_forward(const __grid_constant__ mega_params p)
 {
     /* 1024: the register tile's stages (128-byte swizzle) start at smem itself (fr_smem_base) */
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -1408,7 +1416,8 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
     const char *name = "mega_forward";
     size_t smem = mega_smem_bytes<BM, MODE>(a->d);
     int threads = mega_threads<BM, MODE>();
-    if (MODE_RS(MODE)) MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
+    if (MODE_RS(MODE) && mega_ctas_per_sm<BM, MODE>() == 1) /* it moves registers (setmaxnreg); paired ones do not */
+        MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
     cudaError_t e = cudaFuncSetAttribute(mega_forward<BM, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)

@@ -107,6 +107,22 @@
  * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
  * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
 #define FR_LAUNCH_REGS 168
+/* Paired instances: the register tile of at most FR_PAIR_MAX_ROWS activation
+ * rows (decode batches) compiled for two blocks per SM (__launch_bounds__(384,
+ * 2): 80 registers, no setmaxnreg moves; template CTAS), so that each
+ * scheduler has 6 warps, not 3: at decode the tile is bound by its warps'
+ * instruction latencies, not by memory (docs/benchmarks.md, "Decode on the
+ * register tile"). Their ring (fr_smem<FMT, BMA, 2>): 2 raw and 2 fp16 stages
+ * a block (53-92 KB, two blocks and mega's tables in 228 KB), weight words loaded at first use
+ * (FR_AHEAD_CT). MXFP8's 32-row instance spilled in its K loop at 80
+ * registers: not paired. Split pairs only its 16-row instances (wgmma_gemm.cu:
+ * its 32-row ones spilled at 80 registers and keep their ring, fr_smem's CT
+ * 1). 0: none. */
+#ifndef FR_PAIR_MAX_ROWS
+#define FR_PAIR_MAX_ROWS 32
+#endif
+#define FR_PAIRED(FMT, BMA) ((BMA) <= FR_PAIR_MAX_ROWS && ((BMA) <= 16 || (FMT) != RS_MXFP8))
+#define FR_CTAS_OF(FMT, BMA) (FR_PAIRED(FMT, BMA) ? 2 : 1)
 #define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
 
@@ -190,9 +206,10 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
-template <int FMT, int BMA>
+/* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, 2 raw and 2 fp16 stages). */
+template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
 struct fr_smem {
-    static constexpr int RAW = FR_RAW_OF(FMT, BMA), CVT = FR_CVT_OF(FMT, BMA);
+    static constexpr int RAW = CT == 2 ? 2 : FR_RAW_OF(FMT, BMA), CVT = CT == 2 ? 2 : FR_CVT_OF(FMT, BMA);
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
@@ -217,6 +234,7 @@ struct fr_smem {
 };
 
 #define FR_SMEM_BYTES(FMT, BMA) (sizeof(fr_smem<FMT, BMA>) + 1024)
+#define FR_SMEM_BYTES_CT(FMT, BMA, CT) (sizeof(fr_smem<FMT, BMA, CT>) + 1024)
 /* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
@@ -547,8 +565,8 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
  * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
  * rows). */
 
-template <int FMT, int BMA>
-__device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
+template <int FMT, int BMA, int CT>
+__device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA, CT> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
 {
     if constexpr (FR_NV(FMT)) { /* rows past the valid ones: scale 0 */
         if (t < BMA) fr_store_e4m3x8((uint16_t *)&s.am[cs][0][0] + t, BMA, t < rows_valid ? w.na : make_uint2(0, 0));
@@ -582,11 +600,11 @@ __device__ __forceinline__ void fr_producer_barrier() { asm volatile("bar.sync 2
 
 /* Thread 0 of warpgroup 0: the TMA of raw stage kt, once the consumers and
  * the widening are done with stage kt - RAW. */
-template <int FMT, int BMA>
-__device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
+template <int FMT, int BMA, int CT>
+__device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
                                                const CUtensorMap *tb, int row0, int64_t b_row, int n_k, int kt)
 {
-    constexpr int RAW = fr_smem<FMT, BMA>::RAW;
+    constexpr int RAW = fr_smem<FMT, BMA, CT>::RAW;
     int st = kt % RAW;
     FR_TRACE(10);
     tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
@@ -608,17 +626,17 @@ __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA> &s, const gemm_
 
 /* Widening thread t (of FR_WIDEN_THREADS) on stage cv: its scales (cur,
  * loaded a stage ahead), then its share of the stage's A rows in fp16. */
-template <int FMT, int BMA>
-__device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA> &s, const gemm_args &g, const fr_stage_scales &cur,
+template <int FMT, int BMA, int CT>
+__device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const fr_stage_scales &cur,
                                                int rows_valid, int cv, int t)
 {
-    constexpr int RAW = fr_smem<FMT, BMA>::RAW, CVT = fr_smem<FMT, BMA>::CVT, NT = FR_WIDEN_THREADS(BMA);
+    constexpr int RAW = fr_smem<FMT, BMA, CT>::RAW, CVT = fr_smem<FMT, BMA, CT>::CVT, NT = FR_WIDEN_THREADS(BMA);
     int rs = cv % RAW, cs = cv % CVT;
     FR_TRACE(8);
     tile_wait(g, &s.raw_full[rs], (cv / RAW) & 1);
     tile_wait(g, &s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
     FR_TRACE(9);
-    fr_store_scales<FMT, BMA>(s, cur, rows_valid, cs, t);
+    fr_store_scales(s, cur, rows_valid, cs, t);
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) fr_producer_barrier<NT>(); /* the widening reads other rows' scales */
     FR_TRACE(14);
 #ifndef FR_LAB_SKIP_WIDEN /* the kernel lab: the pipeline without the widening's work */
@@ -633,20 +651,20 @@ __device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA> &s, const gemm_
 /* Warpgroup 0: TMA of the raw stages (thread 0), the stage's scales and the
  * widening of A (FR_WIDEN_THREADS threads: all 128, or warps 1-3 beside a
  * TMA warp, FR_TMA_WARP_OF). */
-template <int FMT, int BMA, typename HOOK>
-__device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args &g, const CUtensorMap *ta,
+template <int FMT, int BMA, typename HOOK, int CT>
+__device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
                                            const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
                                            int n_k, int t)
 {
     const int64_t b_row = (int64_t)e * g.N + n0;
     if (t == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote */
-    constexpr int RAW = fr_smem<FMT, BMA>::RAW;
+    constexpr int RAW = fr_smem<FMT, BMA, CT>::RAW;
     if constexpr (FR_TMA_WARP_OF(BMA)) {
         if (t < 32) { /* the TMA warp: each raw stage as soon as its slot is free */
             if (t == 0)
 #pragma unroll 1
                 for (int kt = 0; kt < n_k; kt++) {
-                    fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+                    fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
                     if (kt == min(n_k, RAW) - 1) HOOK::loads_issued(); /* the ring's first fill in flight */
                 }
             return;
@@ -668,10 +686,10 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA> &s, const gemm_args
         if (cv >= 0) {
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
-            fr_widen_stage<FMT, BMA>(s, g, cur, rows_valid, cv, t);
+            fr_widen_stage(s, g, cur, rows_valid, cv, t);
         }
         if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) {
-            fr_issue_stage<FMT, BMA>(s, g, ta, tb, row0, b_row, n_k, kt);
+            fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
             if (kt == min(n_k, LEAD) - 1) HOOK::loads_issued(); /* before this thread's first widening */
         }
     }
@@ -692,8 +710,8 @@ struct fr_addr {
 #define FR_SXW_STAGE(BMA) (2 * (BMA) * 4)    /* bytes between scale-product stages */
 
 
-template <int FMT, int BMA>
-__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h, int g, int q)
+template <int FMT, int BMA, int CT>
+__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA, CT> &s, int h, int g, int q)
 {
     fr_addr a;
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
@@ -719,9 +737,11 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA> &s, int h,
 #define FR_WORDS(FMT) (FR_E2M1(FMT) ? 4 : 8) /* words per row, lane and stage */
 /* Words of a row loaded ahead of their first use: all of a block's at its
  * start (the instances of 64 rows or fewer, NVFP4), else one (FP8-BLOCK) or none (MXFP8,
- * W4A8): the 128-row instances run at the register limit (the mega kernel
- * spills otherwise). */
+ * W4A8): the 128-row instances and the paired ones run at the register limit
+ * (the mega kernel spills otherwise). */
 #define FR_AHEAD(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
+/* The paired ring's (CTAS 2): NVFP4's as above, the others' at first use */
+#define FR_AHEAD_CT(FMT, BMA, CT) ((CT) == 2 && !FR_NV(FMT) ? (FR_MX(FMT) ? 0 : 1) : FR_AHEAD(FMT, BMA))
 
 /* Word wi of m64 block B's rows g (*x) and g + 8 (*y) in raw stage rs. */
 template <int FMT>
@@ -797,7 +817,7 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
  * registers) is done and issues its wgmma; its words (fr_load_word) are
  * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
  * promotes part). */
-template <int FMT, int BMA, int B, int NW = BMA>
+template <int FMT, int BMA, int B, int NW = BMA, int CT = 1>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
     if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nNWk32 QGMMA */
@@ -810,7 +830,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         wgmma_wait<0>();
         return;
     }
-    constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA);
+    constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD_CT(FMT, BMA, CT);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     constexpr int FR_RING = FR_RING_OF(FMT, BMA);
     uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
@@ -929,11 +949,11 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
  * columns of accumulators are those of the wider one, and each output
  * element is the same m64nNk16 chain whatever N, so the sums are the same
  * bits; rows past NW keep their zeros, which no epilogue reads). */
-template <int FMT, int BMA, int NW>
-__device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA> &s, const gemm_args &g, const fr_addr &ad,
+template <int FMT, int BMA, int NW, int CT>
+__device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const fr_addr &ad,
                                            float (*acc)[BMA / 2], float *part)
 {
-    typedef fr_smem<FMT, BMA> smem_t;
+    typedef fr_smem<FMT, BMA, CT> smem_t;
 #pragma unroll 1
     for (int kt = 0; kt < g.K / FR_BK; kt++) {
         int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
@@ -945,9 +965,9 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA> &s, const gemm_args
         if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
             fr_stage_nv<BMA, NW>(acc, ad, rs, cs);
         } else {
-            fr_block<FMT, BMA, 0, NW>(part, ad, rs, cs);
+            fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
             fr_promote<FMT, NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
-            fr_block<FMT, BMA, 1, NW>(part, ad, rs, cs);
+            fr_block<FMT, BMA, 1, NW, CT>(part, ad, rs, cs);
             fr_promote<FMT, NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
         }
         mbar_arrive(&s.raw_empty[rs]);
@@ -999,12 +1019,13 @@ __device__ __forceinline__ uint8_t *fr_tile_base(uint8_t *smem_raw)
  * instances take them by chunks anyway (epilogue). */
 #define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4 || (FMT) == RS_MXFP8))
 
-template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true, typename HOOK = fr_no_hook>
+template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true, typename HOOK = fr_no_hook,
+          int CTAS = FR_CTAS_OF(FMT, BMA)>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int row0, int rows_valid, int n0)
 {
-    typedef fr_smem<FMT, BMA> smem_t;
-    static_assert(FR_SMEM_BYTES(FMT, BMA) <= FR_SMEM_LIMIT, "the register tile's shared memory");
+    typedef fr_smem<FMT, BMA, CTAS> smem_t;
+    static_assert(FR_SMEM_BYTES_CT(FMT, BMA, CTAS) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
@@ -1018,7 +1039,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     }
     __syncthreads();
     if (wg == 0) {
-        setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
+        if constexpr (CTAS == 1) setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
         fr_produce<FMT, BMA, HOOK>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
         /* the next item's claim: its atomic's round trip runs beside the
          * consumers' last stages and the epilogue, not after them */
@@ -1028,11 +1049,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         }
         FR_TRACE(7);
         wg_registers_back_wait(); /* asleep until the consumers gave their registers back */
-        setmaxnreg_inc<FR_LAUNCH_REGS>();
+        if constexpr (CTAS == 1) setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
-        setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
+        if constexpr (CTAS == 1) setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
         int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
-        const fr_addr ad = fr_addr_of<FMT, BMA>(s, h, g8, q);
+        const fr_addr ad = fr_addr_of(s, h, g8, q);
         float acc[2][BMA / 2], part[BMA / 2];
 #pragma unroll
         for (int i = 0; i < BMA / 2; i++) acc[0][i] = 0.0f, acc[1][i] = 0.0f;
@@ -1075,7 +1096,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             epilogue<BMA, FR_BN, CHUNK_EPILOGUE, FR_SPLIT_QGLU(FMT, BMA)>(g, C, s.row0, s.rows_valid, s.n0, threadIdx.x - 128, 256);
         }
         FR_TRACE(3);
-        setmaxnreg_dec<FR_LAUNCH_REGS>();
+        if constexpr (CTAS == 1) setmaxnreg_dec<FR_LAUNCH_REGS>();
         wg_registers_back_arrive();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */

@@ -16,7 +16,10 @@ struct tile_shape {
     static constexpr bool RS = KIND >= KIND_RS;
     static constexpr int RS_FMT = RS ? (KIND - KIND_RS) / 4 : 0;
     static constexpr int BM = KIND == TILE_BF16 ? WG_BM : FR_BM >> ((KIND - KIND_RS) % 4), BN = 256;
-    static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : FR_SMEM_BYTES(RS_FMT, BM);
+    /* blocks per SM: 2 for the paired register tiles of 16 rows; the 32-row ones spilled here at 80
+     * registers (with or without register moves) and run as before, one block per SM */
+    static constexpr int CTAS = RS && BM <= 16 ? FR_CTAS_OF(RS_FMT, BM) : 1;
+    static constexpr size_t SMEM = KIND == TILE_BF16 ? WG_SMEM_BYTES : FR_SMEM_BYTES_CT(RS_FMT, BM, CTAS);
 };
 
 /* Tile -> (m tile mt, first column n0) within expert e. TILE_ORDER_N_MAJOR:
@@ -97,19 +100,21 @@ __device__ __forceinline__ void wg_persistent(const gemm_args &g, const CUtensor
 }
 
 template <int KIND>
-__global__ void __launch_bounds__(WG_THREADS, 1) grouped_gemm_wgmma(gemm_args g, const __grid_constant__ CUtensorMap ta,
+__global__ void __launch_bounds__(WG_THREADS, tile_shape<KIND>::CTAS) grouped_gemm_wgmma(gemm_args g, const __grid_constant__ CUtensorMap ta,
                                                                      const __grid_constant__ CUtensorMap tb)
 {
     typedef tile_shape<KIND> S;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
-    __shared__ int next_tile; /* the loop's index kept here, not in a register across the tile */
+    __shared__ int next_tile, tiles; /* the loop's index and bound kept here, not in registers across the tile */
     if (moe_ep_dev_failed(g.error)) return;
-    if (threadIdx.x == 0) tile_wait_arm(); /* ordered by the first tile's barrier */
     const int n_tiles = g.N / S::BN;
-    for (int tile = blockIdx.x; tile < g.tile_offset[g.E] * n_tiles;) { /* persistent: one CTA per SM */
+    if (threadIdx.x == 0) tile_wait_arm(), tiles = g.tile_offset[g.E] * n_tiles;
+    __syncthreads();
+    for (int tile = blockIdx.x; tile < tiles;) { /* persistent: S::CTAS blocks per SM */
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
         const tile_pos p = tile_pos_of<KIND>(g, tile, n_tiles);
-        if constexpr (S::RS) fp8_rs_tile<S::RS_FMT, S::BM>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
+        if constexpr (S::RS)
+            fp8_rs_tile<S::RS_FMT, S::BM, true, true, fr_no_hook, S::CTAS>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
         tile = next_tile;
         __syncthreads(); /* read by every thread before thread 0 writes the next */
@@ -151,11 +156,12 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     /* bf16 outputs: stored from registers, one pipeline over the tiles */
     const bool bf16_out = KIND == TILE_BF16 && g.out_fmt == MOE_EP_FORMAT_BF16, glu = g.N != g.N_out;
     const void *fn = bf16_out ? wg_bf16_kernel(glu, swap) : (const void *)grouped_gemm_wgmma<KIND>;
-    if (S::RS || (bf16_out && swap)) MOE_EP_CHECK(fr_check_regs(fn, name)); /* they move registers (setmaxnreg) */
+    if ((S::RS && S::CTAS == 1) || (bf16_out && swap)) /* they move registers (setmaxnreg); paired tiles do not */
+        MOE_EP_CHECK(fr_check_regs(fn, name));
     cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
     if (e != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(e));
     int64_t m_tiles = (rows_capacity + S::BM - 1) / S::BM + g.E, grid = m_tiles * (g.N / S::BN);
-    if (grid > num_sms) grid = num_sms;
+    if (grid > (int64_t)num_sms * S::CTAS) grid = (int64_t)num_sms * S::CTAS;
     void *params[] = {(void *)&g, (void *)&ta, (void *)&tb};
     cudaError_t le = cudaLaunchKernel(fn, dim3((unsigned)grid), dim3(WG_THREADS), params, S::SMEM, s);
     if (le != cudaSuccess) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "%s: %s", name, cudaGetErrorString(le));
