@@ -209,7 +209,9 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 /* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, 2 raw and 2 fp16 stages). */
 template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
 struct fr_smem {
-    static constexpr int RAW = CT == 2 ? 2 : FR_RAW_OF(FMT, BMA), CVT = CT == 2 ? 2 : FR_CVT_OF(FMT, BMA);
+    /* (QGMMA's fp16 ring is a scale ring of 8-half stages, kept at 4: with 2 its raw
+     * stages would start 64 bytes in, misaligned for their TMA) */
+    static constexpr int RAW = CT == 2 ? 2 : FR_RAW_OF(FMT, BMA), CVT = CT == 2 && !FR_QG(FMT) ? 2 : FR_CVT_OF(FMT, BMA);
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
