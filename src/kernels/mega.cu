@@ -613,8 +613,9 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
             wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
     }
     else if constexpr (MODE_RS(MODE)) {
-        /* 128 rows: the chunk epilogue inlined spills in this kernel, so it
-         * runs after the tile as a call (fr_epilogue_after) */
+        /* 128 rows and the paired instances (80 registers): the epilogue
+         * inlined spills in this kernel, so it runs after the tile as a call
+         * (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
         constexpr bool AFTER = BM == 128 || FR_PAIRED(FMT, BM);
         fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);

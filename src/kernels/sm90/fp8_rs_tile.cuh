@@ -114,7 +114,7 @@
  * instruction latencies, not by memory (docs/benchmarks.md, "Decode on the
  * register tile"). Their ring (fr_smem<FMT, BMA, 2>): 2 raw and 2 fp16 stages
  * a block (53-92 KB, two blocks and mega's tables in 228 KB), weight words loaded at first use
- * (FR_AHEAD_CT). MXFP8's 32-row instance spilled in its K loop at 80
+ * (FR_AHEAD). MXFP8's 32-row instance spilled in its K loop at 80
  * registers: not paired. Split pairs only its 16-row instances (wgmma_gemm.cu:
  * its 32-row ones spilled at 80 registers and keep their ring, fr_smem's CT
  * 1). 0: none. */
@@ -738,12 +738,10 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA, CT> &s, in
  * word kk / 2, bytes 2 (kk % 2) and 2 (kk % 2) + 1 the same for step kk. */
 #define FR_WORDS(FMT) (FR_E2M1(FMT) ? 4 : 8) /* words per row, lane and stage */
 /* Words of a row loaded ahead of their first use: all of a block's at its
- * start (the instances of 64 rows or fewer, NVFP4), else one (FP8-BLOCK) or none (MXFP8,
- * W4A8): the 128-row instances and the paired ones run at the register limit
- * (the mega kernel spills otherwise). */
-#define FR_AHEAD(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
-/* The paired ring's (CTAS 2): NVFP4's as above, the others' at first use */
-#define FR_AHEAD_CT(FMT, BMA, CT) ((CT) == 2 && !FR_NV(FMT) ? (FR_MX(FMT) ? 0 : 1) : FR_AHEAD(FMT, BMA))
+ * start (the instances of 64 rows or fewer but the paired ones (CT 2), NVFP4),
+ * else one (FP8-BLOCK) or none (MXFP8, W4A8): the 128-row instances and the
+ * paired ones run at the register limit (the mega kernel spills otherwise). */
+#define FR_AHEAD(FMT, BMA, CT) (((BMA) <= 64 && (CT) == 1) || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
 
 /* Word wi of m64 block B's rows g (*x) and g + 8 (*y) in raw stage rs. */
 template <int FMT>
@@ -819,7 +817,7 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
  * registers) is done and issues its wgmma; its words (fr_load_word) are
  * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
  * promotes part). */
-template <int FMT, int BMA, int B, int NW = BMA, int CT = 1>
+template <int FMT, int BMA, int B, int NW, int CT>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
     if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nNWk32 QGMMA */
@@ -832,7 +830,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         wgmma_wait<0>();
         return;
     }
-    constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD_CT(FMT, BMA, CT);
+    constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA, CT);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     constexpr int FR_RING = FR_RING_OF(FMT, BMA);
     uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */

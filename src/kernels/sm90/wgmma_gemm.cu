@@ -105,12 +105,11 @@ __global__ void __launch_bounds__(WG_THREADS, tile_shape<KIND>::CTAS) grouped_ge
 {
     typedef tile_shape<KIND> S;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
-    __shared__ int next_tile, tiles; /* the loop's index and bound kept here, not in registers across the tile */
+    __shared__ int next_tile; /* the loop's index kept here, not in a register across the tile */
     if (moe_ep_dev_failed(g.error)) return;
+    if (threadIdx.x == 0) tile_wait_arm(); /* ordered by the first tile's barrier */
     const int n_tiles = g.N / S::BN;
-    if (threadIdx.x == 0) tile_wait_arm(), tiles = g.tile_offset[g.E] * n_tiles;
-    __syncthreads();
-    for (int tile = blockIdx.x; tile < tiles;) { /* persistent: S::CTAS blocks per SM */
+    for (int tile = blockIdx.x; tile < g.tile_offset[g.E] * n_tiles;) { /* persistent: S::CTAS blocks per SM */
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
         const tile_pos p = tile_pos_of<KIND>(g, tile, n_tiles);
         if constexpr (S::RS)
