@@ -99,7 +99,9 @@
 #ifndef FR_RING_OF /* the kernel lab may try others */
 #define FR_RING_OF(FMT, BMA) ((FMT) == RS_FP8_BLOCK && (BMA) == 64 ? 4 : 2)
 #endif
-#define FR_NV_RING 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
+#ifndef FR_NV_RING_OF /* the kernel lab may try others */
+#define FR_NV_RING_OF(BMA) 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
+#endif
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
@@ -112,8 +114,8 @@
  * 2): 80 registers, no setmaxnreg moves; template CTAS), so that each
  * scheduler has 6 warps, not 3: at decode the tile is bound by its warps'
  * instruction latencies, not by memory (docs/benchmarks.md, "Decode on the
- * register tile"). Their ring (fr_smem<FMT, BMA, 2>): 2 raw and 2 fp16 stages
- * a block (53-92 KB, two blocks and mega's tables in 228 KB), weight words loaded at first use
+ * register tile"). Their ring (fr_smem<FMT, BMA, 2>): FR_RAW_PAIRED_OF raw and 2 fp16 stages
+ * a block (72-104 KB, two blocks and mega's tables in 228 KB), weight words loaded at first use
  * (FR_AHEAD). MXFP8's 32-row instance spilled in its K loop at 80
  * registers: not paired. Split pairs only its 16-row instances (wgmma_gemm.cu:
  * its 32-row ones spilled at 80 registers and keep their ring, fr_smem's CT
@@ -170,6 +172,16 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
 #define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : 2)
 #endif
+/* Raw stages of the paired instances (two blocks per SM, FR_PAIRED): E2M1
+ * weights (W4A8, NVFP4) 4 at 16 rows, 3 at 32 (their raw stages are half
+ * E4M3's: 57-120 KB a block, two blocks and mega's tables in 228 KB); E4M3 2
+ * (3 would not fit two blocks). With 2, Nsight Compute found the paired
+ * W4A8 tile's widening warps waiting on landing stages in 12 % of its samples
+ * and its consumers in 4 %; 4 / 3 took mega's W4A8 / NVFP4 forward -5-9 % at
+ * T = 8 (docs/benchmarks.md, forty-fourth session). */
+#ifndef FR_RAW_PAIRED_OF
+#define FR_RAW_PAIRED_OF(FMT, BMA) (FR_E2M1(FMT) ? ((BMA) <= 16 ? 4 : 3) : 2)
+#endif
 /* The producer's warp 0 only issues the TMAs while the tile has 64 rows or
  * fewer; its warps 1-3 widen. With all 128 threads widening, thread 0's wait
  * for a free raw stage (before its TMA) held up its arrival on the next
@@ -206,12 +218,12 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
-/* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, 2 raw and 2 fp16 stages). */
+/* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, FR_RAW_PAIRED_OF raw and 2 fp16 stages). */
 template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
 struct fr_smem {
     /* (QGMMA's fp16 ring is a scale ring of 8-half stages, kept at 4: with 2 its raw
      * stages would start 64 bytes in, misaligned for their TMA) */
-    static constexpr int RAW = CT == 2 ? 2 : FR_RAW_OF(FMT, BMA), CVT = CT == 2 && !FR_QG(FMT) ? 2 : FR_CVT_OF(FMT, BMA);
+    static constexpr int RAW = CT == 2 ? FR_RAW_PAIRED_OF(FMT, BMA) : FR_RAW_OF(FMT, BMA), CVT = CT == 2 && !FR_QG(FMT) ? 2 : FR_CVT_OF(FMT, BMA);
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
     uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
@@ -741,7 +753,9 @@ __device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA, CT> &s, in
  * start (the instances of 64 rows or fewer but the paired ones (CT 2), NVFP4),
  * else one (FP8-BLOCK) or none (MXFP8, W4A8): the 128-row instances and the
  * paired ones run at the register limit (the mega kernel spills otherwise). */
+#ifndef FR_AHEAD /* the kernel lab may try others */
 #define FR_AHEAD(FMT, BMA, CT) (((BMA) <= 64 && (CT) == 1) || FR_NV(FMT) ? FR_WORDS(FMT) : FR_MX(FMT) ? 0 : 1)
+#endif
 
 /* Word wi of m64 block B's rows g (*x) and g + 8 (*y) in raw stage rs. */
 template <int FMT>
@@ -872,6 +886,7 @@ template <int BMA, int NW = BMA>
 __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
 {
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
+    constexpr int FR_NV_RING = FR_NV_RING_OF(BMA);
     uint32_t a[FR_NV_RING][4];
     uint32_t x[2][4], y[2][4]; /* both blocks' words of the stage */
 #pragma unroll
