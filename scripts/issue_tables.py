@@ -52,7 +52,10 @@ LIMITS = {
                         'into the operands and promoted per 128 K ["The FP8 register tile at 128 '
                         'activation rows"]',
     ('w4a8', 'decode'): 'instructions: no sm_90 instruction widens E2M1, so the consumers build '
-                        'fp16 from nibbles (1-4 instructions a pair) ["Decode on the register tile"]',
+                        'fp16 from nibbles (1-4 instructions a pair); mega\'s 80 M warp instructions a forward '
+                        'at flash T = 8 take the whole floor at the issue limit, nibbles and multipliers '
+                        '46 % of them '
+                        '["Decode on the register tile", "Where the paired decode tile waits"]',
     ('w4a8', 'above'): 'instructions: E2M1 widened to fp16 in the consumers, fp16 HGMMA at half '
                        'the FP8 rate ["W4A8 on the register tile"]',
     ('nvfp4', 'decode'): 'instructions: both operands widened from E2M1 with their E4M3 scales '
