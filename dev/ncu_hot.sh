@@ -5,6 +5,7 @@
 # MOE_EP_BIN=FILE profiles another moe_ep binary (e.g. one built on the CI machine and carried).
 # Prints the instructions with the most samples, with their stall reasons, then
 # the executed instructions and samples summed by opcode (the kernel's instruction mix).
+# By source line: dev/ncu_lines.py $OUT/ncu_hot_*.csv THE_BINARY (on any machine with the binary).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 p=${1:-fp8_block}; t=${2:-8192}; geo=${3:-ds-v4-flash}; be=${4:-split}; k=${5:-grouped_gemm|mega}; top=${6:-40}
