@@ -99,9 +99,7 @@
 #ifndef FR_RING_OF /* the kernel lab may try others */
 #define FR_RING_OF(FMT, BMA) ((FMT) == RS_FP8_BLOCK && (BMA) == 64 ? 4 : 2)
 #endif
-#ifndef FR_NV_RING_OF /* the kernel lab may try others */
-#define FR_NV_RING_OF(BMA) 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
-#endif
+#define FR_NV_RING 4 /* NVFP4 (no promotion, both blocks interleaved): the same, deeper */
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
@@ -886,7 +884,6 @@ template <int BMA, int NW = BMA>
 __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
 {
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
-    constexpr int FR_NV_RING = FR_NV_RING_OF(BMA);
     uint32_t a[FR_NV_RING][4];
     uint32_t x[2][4], y[2][4]; /* both blocks' words of the stage */
 #pragma unroll
