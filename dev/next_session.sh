@@ -1,29 +1,51 @@
 #!/usr/bin/env bash
-# device, one call (~330 s; carry build-carry). Needs build-carry/moe_ep.gz and
-# build-carry/cublas_lab built on the CI machine (free):
-#   cmake -S . -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DMOE_EP_WITH_CUDA=ON
-#   cmake --build /tmp/b -j2 --target moe_ep_tool && mkdir -p build-carry && gzip -c /tmp/b/tools/moe_ep > build-carry/moe_ep.gz
-#   (cd dev/wgmma_lab && nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -I../../tools \
-#      -o ../../build-carry/cublas_lab cublas_grouped.cu ../../tools/synth.c -lcublas)
-# 1. cuBLAS on the slice's bf16 GEMMs (dev/wgmma_lab/cublas_grouped.cu), the yardstick for
-#    issue #4's bf16 cells above T = 512, and the bench's bf16 cells beside it (same call).
-#    Predicted at flash 2048: cuBLAS dense 620-660 TFLOP/s, batched (equal experts) 550-620,
-#    grouped (real rows) 450-550, loop 350-450; mega fwd 1.2-1.4x dense, 1.05-1.25x batched.
-# 2. design.md "Next" 1: the register tile's rows per backend at the emulated EP8 pro group,
-#    T = 512, MXFP8 and W4A8. Predicted: mega 64 / mega 128 0.97-1.03, split 64 / 128 0.98-1.05.
+# device, one call (~4 min; carry build-carry): where mega's decode forward loses to its floor
+# (docs/design.md, "Forty-fifth session"). Needs, built on the CI machine (free):
+#   build-carry/moe_ep_T.gz  the trace build: cmake -S . -B build-T -DCMAKE_BUILD_TYPE=Release \
+#       -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF -DMOE_EP_WERROR=OFF && cmake --build build-T -j2 \
+#       --target moe_ep_tool && gzip -c build-T/tools/moe_ep > build-carry/moe_ep_T.gz
+#   build-carry/moe_ep_A.gz  main's tool (the plain build's tools/moe_ep, gzipped)
+#   build-carry/rs_tile_paired  (cd dev/wgmma_lab && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a \
+#       -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src -DLAB_PAIRED rs_tile.cu -o ../../build-carry/rs_tile_paired -lcuda)
+# 1. The paired decode tiles alone (kernel lab, no mega around them): GB/s of weights from HBM and
+#    from L2 (LAB_WEIGHT_EXPERTS=2). Predicted from the emulated EP8 group (mega at 1.07x of its
+#    floor with 24 items a block): the E4M3 tiles >= 3.8 TB/s from HBM; if so the slice's 1.44x
+#    is mega's per-forward cost and its item schedule, not the tile.
+# 2. mega's item trace of one forward per cell beside the same forward between events
+#    (dev/trace_items.sh): launch and exit outside the blocks, the start before the first GEMM,
+#    each item's run and KB/us, the tail. dev/decode_schedule_sim.py predicts (cap 20 KB/us a
+#    block, 2 us an item): flash T = 8 MXFP8 ~163 us of items; the bench's 210 us leaves ~40 us.
+# 3. mega's forward at T = 1, 2, 4, 8 (MXFP8, flash): at T = 1 each block runs at most one item
+#    (192 items), so the forward is the fixed cost plus one GEMM1 and one GEMM2 item.
+# `dev/next_session.sh ab` instead (second call, ~5 min): the A/B of
+# dev/drafts/mega_rows_l2_prefetch.patch, the register tile's GEMM1 items asking L2 for their
+# first 4 (P4) or 8 (P8) weight stages while they wait for their rows (build-carry/moe_ep_P4.gz,
+# moe_ep_P8.gz: the patch on this tree, the second with -DMEGA_ROWS_PREFETCH_STAGES=8).
+# Predicted: mega fwd -2-4 % at flash T = 8 / 64 (HBM busy ~5 us earlier in a ~200 us forward),
+# -1 % at pro 8; P8 no better than P4 (68 MB asked of a 50 MB L2).
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
-B=build-carry/moe_ep
-carried "$B" || exit 1
 O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
 t0=$(date +%s)
-{ build-carry/cublas_lab flash 512 2048 8192; build-carry/cublas_lab pro 512 2048 8192; } 2>&1 | tee $O/cublas.txt
-echo "cublas $(( $(date +%s) - t0 )) s"
-$B bench --paths bf16 --backends split,mega --tokens 512,2048,8192 --iters 20 --warmup 3 --out $O/bf16.md > $O/bf16.log 2>&1
-cat $O/bf16.md | grep -v '^$' | tail -12
-echo "bench $(( $(date +%s) - t0 )) s"
-TILE_SWEEP_GEOS=ds-v4-pro TILE_SWEEP_T_PRO=512 TILE_SWEEP_ROWS="heur 64 128" \
-  timeout 200 bash dev/tile_rows_sweep.sh $B --ranks 8 --backends split,mega --paths mxfp8,w4a8
+if [ "${1:-}" = ab ]; then
+  for b in A P4 P8; do carried build-carry/moe_ep_$b || exit 1; done
+  scripts/ab.sh 2 build-carry/moe_ep_A build-carry/moe_ep_P4 build-carry/moe_ep_P8 -- --paths mxfp8,fp8_block,w4a8,nvfp4 \
+    --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,64 --iters 20 2>&1 | tail -40
+  echo "ab $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
+chmod +x build-carry/rs_tile_paired
+timeout 150 build-carry/rs_tile_paired > $O/lab_hbm.txt 2>&1; echo "lab hbm rc=$?"
+LAB_WEIGHT_EXPERTS=2 timeout 150 build-carry/rs_tile_paired > $O/lab_l2.txt 2>&1; echo "lab l2 rc=$?"
+grep -E "paired" $O/lab_hbm.txt | cut -c1-200; grep -E "paired" $O/lab_l2.txt | cut -c1-130
+echo "lab $(( $(date +%s) - t0 )) s"
+timeout 200 dev/trace_items.sh mxfp8:ds-v4-flash:8 fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:1 mxfp8:ds-v4-pro:8 \
+  w4a8:ds-v4-flash:8 bf16:ds-v4-flash:8
+echo "trace $(( $(date +%s) - t0 )) s"
+carried build-carry/moe_ep_A && build-carry/moe_ep_A bench --paths mxfp8,fp8_block --backends split,mega \
+  --geometry ds-v4-flash --tokens 1,2,4,8 --iters 20 --out $O/small_t.md > $O/small_t.log 2>&1
+grep -v '^$' $O/small_t.md | tail -20
 echo "total $(( $(date +%s) - t0 )) s"

@@ -441,13 +441,23 @@ static void trace_dump(const char *label, const moe_ep_mega_trace_rec_t *r, uint
 
 static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
 {
-    static const char *kinds[MOE_EP_MEGA_ITEM_KINDS] = {"send", "count", "dispatch", "gemm1", "gemm2", "rows", "combine"};
+    static const char *kinds[MOE_EP_MEGA_ITEM_KINDS] = {"send", "count", "dispatch", "gemm1", "gemm2",
+                                                               "rows", "combine", "start", "exit"};
     enum { CAP = 1 << 20 };
     moe_ep_mega_trace_rec_t *r = (moe_ep_mega_trace_rec_t *)malloc(CAP * sizeof *r);
     uint32_t n = 0;
-    int ok = r && slice_flush_step(c, 0, s) && cudaStreamSynchronize(s) == cudaSuccess &&
-             slice_layer_ok(moe_ep_mega_trace_start(CAP), "moe_ep_mega_trace_start") && slice_forward_step(c, 0, s) &&
-             cudaStreamSynchronize(s) == cudaSuccess && slice_layer_ok(moe_ep_mega_trace_fetch(r, CAP, &n), "trace fetch");
+    cudaEvent_t ev[2] = {NULL, NULL};
+    float event_ms = 0;
+    /* the forward between two events as the bench times it: two flushes first, so that the host has
+     * enqueued the forward's launch before the GPU reaches the first event (as in the timed rounds) */
+    int ok = r && CK(cudaEventCreate(&ev[0])) && CK(cudaEventCreate(&ev[1])) &&
+             slice_layer_ok(moe_ep_mega_trace_start(CAP), "moe_ep_mega_trace_start") && slice_flush_step(c, 0, s) &&
+             slice_flush_step(c, 0, s) &&
+             CK(cudaEventRecord(ev[0], s)) && slice_forward_step(c, 0, s) && CK(cudaEventRecord(ev[1], s)) &&
+             CK(cudaStreamSynchronize(s)) && CK(cudaEventElapsedTime(&event_ms, ev[0], ev[1])) &&
+             slice_layer_ok(moe_ep_mega_trace_fetch(r, CAP, &n), "trace fetch");
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
     if (ok && n > 0) {
         uint32_t m = n < CAP ? n : CAP;
         unsigned long long t_first = r[0].t0, t_last = r[0].t1;
@@ -456,8 +466,10 @@ static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
             t_last = r[i].t1 > t_last ? r[i].t1 : t_last;
         }
         trace_dump(label, r, m);
-        fprintf(stderr, "  mega timeline: %u items, %.1f us from the first item's start to the last's end\n", n,
-                (t_last - t_first) / 1e3);
+        fprintf(stderr,
+                "  mega timeline: %u records, %.1f us from the first block's start to the last exit's end; "
+                "the forward between events %.1f us\n",
+                n, (t_last - t_first) / 1e3, 1e3 * event_ms);
         for (int k = 0; k < MOE_EP_MEGA_ITEM_KINDS; k++) {
             unsigned long long lo = ~0ull, hi = 0;
             double busy = 0, wait = 0, stall = 0;

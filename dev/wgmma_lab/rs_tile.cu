@@ -16,6 +16,9 @@
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
+ * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
+ * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
+ * with LAB_WEIGHT_EXPERTS=2 their weights come from L2 (the consumers' own bound).
  * -DLAB_DECODE: the 64-, 32- and 16-row tiles of every format on
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
@@ -87,9 +90,11 @@ __global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, i
     fr_weight_records_item(scales, rows, K, e2m1 != 0, nv != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
 }
 
-template <int FMT, int BMA>
-__global__ void __launch_bounds__(384, 1) tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
-                                                   const __grid_constant__ CUtensorMap tb)
+/* CT: blocks per SM the kernel is compiled for (2: a paired instance's launch, as the backends
+ * run it: 80 registers, no setmaxnreg; 1: one block per SM at 168 registers, with CT's ring). */
+template <int FMT, int BMA, int CT>
+__global__ void __launch_bounds__(384, CT) tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
+                                                    const __grid_constant__ CUtensorMap tb)
 {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     int n_tiles = g.N / FR_BN, tiles = g.tile_offset[g.E] * n_tiles;
@@ -101,7 +106,8 @@ __global__ void __launch_bounds__(384, 1) tile_lab(gemm_args g, const __grid_con
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BMA;
         int rows_valid = (int)min((int64_t)BMA, (int64_t)g.expert_offset[e + 1] - row0);
         lab_stamp(0);
-        fp8_rs_tile<FMT, BMA>(g, &ta, &tb, smem_raw, e % g_weight_experts, row0, rows_valid, n0);
+        fp8_rs_tile<FMT, BMA, true, true, fr_no_hook, CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA)>(g, &ta, &tb, smem_raw,
+                                                                                        e % g_weight_experts, row0, rows_valid, n0);
         lab_stamp(4);
     }
     __syncthreads();
@@ -151,7 +157,7 @@ struct lab_case {
 
 /* E experts of rows_per_expert rows; GEMM1-like (glu: N_out = N / 2, output
  * in the activation format) or GEMM2-like (N_out = N, bf16 out). */
-template <int FMT, int BMA>
+template <int FMT, int BMA, int CT = 1>
 static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int clock_khz)
 {
     const int K = c.K, N = c.N, N_out = c.glu ? N / 2 : N;
@@ -195,25 +201,37 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     CUtensorMap ta, tb;
     if (fr_make_maps<BMA>(g, rows, &ta, &tb) != MOE_EP_SUCCESS) exit(1);
     cudaFuncAttributes fa;
-    CHECK(cudaFuncGetAttributes(&fa, tile_lab<FMT, BMA>));
-    if (fa.numRegs != FR_LAUNCH_REGS) {
-        printf("%s: %d registers, the tile needs %d (local %zu B)\n", c.name, fa.numRegs, FR_LAUNCH_REGS,
-               (size_t)fa.localSizeBytes);
+    CHECK(cudaFuncGetAttributes(&fa, tile_lab<FMT, BMA, CT>));
+    constexpr int CTS = CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA); /* the ring the tile runs */
+    /* a tile that moves registers (setmaxnreg: unpaired rings) needs the launch's all; else at most
+     * what the launch gives (80 at two blocks an SM), no local memory */
+    const int regs = CTS == 1 ? FR_LAUNCH_REGS : CT == 2 ? 80 : FR_LAUNCH_REGS;
+    if (CTS == 1 ? fa.numRegs != regs : fa.numRegs > regs || fa.localSizeBytes > 0) {
+        printf("%s: %d registers, the tile needs %s%d (local %zu B)\n", c.name, fa.numRegs, CTS == 1 ? "" : "at most ",
+               regs, (size_t)fa.localSizeBytes);
         return;
     }
-    const int smem = (int)FR_SMEM_BYTES(FMT, BMA); /* + the stamps' 256 B of static shared memory */
-    CHECK(cudaFuncSetAttribute(tile_lab<FMT, BMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int smem = (int)FR_SMEM_BYTES_CT(FMT, BMA, CTS); /* + the stamps' 256 B of static shared memory */
+    CHECK(cudaFuncSetAttribute(tile_lab<FMT, BMA, CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tile_lab<FMT, BMA, CT>, 384, smem));
+    if (per_sm < CT) {
+        printf("%s: %d block(s) of %d B fit an SM, not %d\n", c.name, per_sm, smem, CT);
+        return;
+    }
+    const int sms_all = sms;
+    sms *= CT; /* blocks of the grid (the stamps' rows); the rate below is per block of this grid */
     long long *sum = (long long *)dev_alloc(sms * LAB_POINTS * 8), *cnt = (long long *)dev_alloc(sms * LAB_POINTS * 8);
     CHECK(cudaMemcpyToSymbol(g_stamp_sum, &sum, sizeof sum));
     CHECK(cudaMemcpyToSymbol(g_stamp_count, &cnt, sizeof cnt));
     const int weight_experts = getenv("LAB_WEIGHT_EXPERTS") ? atoi(getenv("LAB_WEIGHT_EXPERTS")) : E;
     CHECK(cudaMemcpyToSymbol(g_weight_experts, &weight_experts, sizeof weight_experts));
     float best_ms;
-    LAB_TIME_BEST(best_ms, 3, tile_lab<FMT, BMA><<<sms, 384, smem>>>(g, ta, tb));
+    LAB_TIME_BEST(best_ms, 3, tile_lab<FMT, BMA, CT><<<sms, 384, smem>>>(g, ta, tb));
     /* stamps of one more run */
     CHECK(cudaMemset(sum, 0, sms * LAB_POINTS * 8));
     CHECK(cudaMemset(cnt, 0, sms * LAB_POINTS * 8));
-    tile_lab<FMT, BMA><<<sms, 384, smem>>>(g, ta, tb);
+    tile_lab<FMT, BMA, CT><<<sms, 384, smem>>>(g, ta, tb);
     CHECK(cudaDeviceSynchronize());
     std::vector<long long> hs(sms * LAB_POINTS), hc(sms * LAB_POINTS);
     CHECK(cudaMemcpy(hs.data(), sum, hs.size() * 8, cudaMemcpyDeviceToHost));
@@ -226,7 +244,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     }
     auto per_tile = [&](int p, int q) { return (d[p] - d[q]) / tiles; };
     double stages = K / FR_BK, macs = (double)rows * N * K;
-    double mac_per_clk = macs / (best_ms * 1e-3) / (clock_khz * 1e3) / sms;
+    double mac_per_clk = macs / (best_ms * 1e-3) / (clock_khz * 1e3) / sms_all;
     double mhz = (d[4] - d[0]) / sms / (best_ms * 1e-3) / 1e6; /* busy cycles per block / time */
     mac_per_clk *= clock_khz / 1e3 / mhz;
     printf("%-34s E %2d x %4d rows K %5d: %8.1f us %5.0f GB/s of weights ~%4.0f MHz %5.1f%% of fp16 peak | tile %7.0f cyc (%5.0f/stage) fill %5.0f waits %6.0f "
@@ -248,7 +266,20 @@ int main(void)
     printf("%d SMs, clock %d MHz (the attribute: the rate below assumes it)\n", sms, clock_khz / 1000);
     const moe_ep_format_t F8 = MOE_EP_FORMAT_FP8_BLOCK, MX = MOE_EP_FORMAT_MXFP8, NV = MOE_EP_FORMAT_NVFP4,
                           BF = MOE_EP_FORMAT_BF16;
-    (void)MX, (void)NV; /* unused with LAB_QUICK */
+    const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
+    (void)MX, (void)NV, (void)M4; /* unused with LAB_QUICK */
+    /* The flash slice's eight decode GEMMs, M(tile format, name, A, W, out format, K, GEMM1) each. */
+#define LAB_DECODE_GEMMS(M, pre)                                   \
+    do {                                                           \
+        M(RS_FP8_BLOCK, pre " fp8_block gemm1", F8, F8, F8, 4096, 1); \
+        M(RS_FP8_BLOCK, pre " fp8_block gemm2", F8, F8, BF, 2048, 0); \
+        M(RS_MXFP8, pre " mxfp8 gemm1", MX, MX, MX, 4096, 1);         \
+        M(RS_MXFP8, pre " mxfp8 gemm2", MX, MX, BF, 2048, 0);         \
+        M(RS_W4A8, pre " w4a8 gemm1", MX, M4, MX, 4096, 1);           \
+        M(RS_W4A8, pre " w4a8 gemm2", MX, M4, BF, 2048, 0);           \
+        M(RS_NVFP4, pre " nvfp4 gemm1", NV, NV, NV, 4096, 1);         \
+        M(RS_NVFP4, pre " nvfp4 gemm2", NV, NV, BF, 2048, 0);         \
+    } while (0)
     /* flash T = 8192 per expert: 1536 rows (12 tiles of 128); 4 experts: 768 tiles of 256 columns.
      * LAB(tile format, rows, name, A, W, out format, K, N, GEMM1) */
 #define LAB_E(FMT, BM, name, a, w, out, K, N, glu, E, rows)                       \
@@ -264,7 +295,6 @@ int main(void)
     LAB_E(RS_FP8_QG, 16, "qg decode gemm1 n16", F8, F8, F8, 4096, 4096, 1, 32, 2);
     LAB(RS_FP8_BLOCK, 128, "fp8_block gemm1 (flash)", F8, F8, F8, 4096, 4096, 1);
 #elif defined(LAB_MID) /* the pro EP8 slice at T = 512: 48 experts of 64 rows, the 64-row tiles */
-    const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
 #define LAB_MID1(FMT, name, a, w, out, K, N, glu) LAB_E(FMT, 64, name, a, w, out, K, N, glu, 48, 64)
     LAB_MID1(RS_FP8_BLOCK, "mid fp8_block gemm1", F8, F8, F8, 7168, 6144, 1);
     LAB_MID1(RS_FP8_BLOCK, "mid fp8_block gemm2", F8, F8, BF, 3072, 7168, 0);
@@ -272,6 +302,17 @@ int main(void)
     LAB_MID1(RS_MXFP8, "mid mxfp8 gemm1", MX, MX, MX, 7168, 6144, 1);
     LAB_MID1(RS_W4A8, "mid w4a8 gemm1", MX, M4, MX, 7168, 6144, 1);
     LAB_MID1(RS_NVFP4, "mid nvfp4 gemm1", NV, NV, NV, 7168, 6144, 1);
+#elif defined(LAB_PAIRED) /* the paired 16-row instances as the backends launch them (two blocks per SM, 80
+                            * registers) against one block per SM with the same ring, flash decode: 66 experts
+                            * of 2 / 12 rows (4 / 2 tiles of 256 columns a block), GEMM1 (K 4096) and GEMM2 (K 2048) */
+#define LAB_PAIR(FMT, name, a, w, out, K, glu)                                         \
+    do {                                                                          \
+        lab_case c_ = {name " n16", a, w, out, K, 4096, glu};                     \
+        run_case<FMT, 16, 2>(c_, 66, rows, sms, clock_khz);                       \
+        lab_case c1_ = {name " n16 (one block an SM)", a, w, out, K, 4096, glu};  \
+        run_case<FMT, 16, 1>(c1_, 66, rows, sms, clock_khz);                      \
+    } while (0)
+    for (int rows = 2; rows <= 12; rows += 10) LAB_DECODE_GEMMS(LAB_PAIR, "paired");
 #elif defined(LAB_DECODE_FP8) /* LAB_DECODE's FP8-BLOCK lines only: 32 experts of 12 and 2 rows, 32- and 16-row tiles */
     for (int rows = 12; rows >= 2; rows -= 10)
         for (int glu = 1; glu >= 0; glu--) {
@@ -281,7 +322,6 @@ int main(void)
                   glu ? 4096 : 2048, 4096, glu, 32, rows);
         }
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
-    const moe_ep_format_t M4 = MOE_EP_FORMAT_MXFP4;
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
 #define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \
     do {                                                              \
@@ -289,16 +329,7 @@ int main(void)
         LAB_DEC(FMT, 32, name " n32", a, w, out, K, glu);             \
         LAB_DEC(FMT, 16, name " n16", a, w, out, K, glu);             \
     } while (0)
-    for (int rows = 12; rows >= 2; rows -= 10) {
-        LAB_DEC3(RS_FP8_BLOCK, "decode fp8_block gemm1", F8, F8, F8, 4096, 1);
-        LAB_DEC3(RS_FP8_BLOCK, "decode fp8_block gemm2", F8, F8, BF, 2048, 0);
-        LAB_DEC3(RS_MXFP8, "decode mxfp8 gemm1", MX, MX, MX, 4096, 1);
-        LAB_DEC3(RS_MXFP8, "decode mxfp8 gemm2", MX, MX, BF, 2048, 0);
-        LAB_DEC3(RS_W4A8, "decode w4a8 gemm1", MX, M4, MX, 4096, 1);
-        LAB_DEC3(RS_W4A8, "decode w4a8 gemm2", MX, M4, BF, 2048, 0);
-        LAB_DEC3(RS_NVFP4, "decode nvfp4 gemm1", NV, NV, NV, 4096, 1);
-        LAB_DEC3(RS_NVFP4, "decode nvfp4 gemm2", NV, NV, BF, 2048, 0);
-    }
+    for (int rows = 12; rows >= 2; rows -= 10) LAB_DECODE_GEMMS(LAB_DEC3, "decode");
     LAB(RS_MXFP8, 128, "mxfp8 gemm1 (flash)", MX, MX, MX, 4096, 4096, 1); /* and the 128-row tile at T = 8192 */
     LAB(RS_W4A8, 128, "w4a8 gemm1 (flash)", MX, M4, MX, 4096, 4096, 1);
 #else

@@ -1278,6 +1278,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
     extern __shared__ __align__(1024) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;
     mega_shared *sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d));
+    MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_START); /* the block's start: closed at its first claim */
     if constexpr (!MODE_TMA(MODE)) gemm_tables_init<BM, MEGA_BN, MODE>(p.g1, smem);
     const int n_send = a.link.world ? MOE_EP_MEGA_SEND_ITEMS : 0;
     if (threadIdx.x == 0) {
@@ -1292,9 +1293,6 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
     }
-#ifdef MOE_EP_MEGA_TRACE
-    if (threadIdx.x == 0) sh->trace_kind = -1;
-#endif
     __syncthreads();
     for (;;) {
         MEGA_TRACE_CLOSE(sh);
@@ -1362,11 +1360,13 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if (!ok) break;
     }
     MEGA_TRACE_CLOSE(sh);
+    MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_EXIT);
     if constexpr (MEGA_DEFERS(MODE)) { /* the last item's counter (a wait that failed left it too) */
         __syncthreads();
         if (threadIdx.x == 0) release_pending(sh);
     }
     mega_exit(a, sh);
+    MEGA_TRACE_CLOSE(sh);
 }
 
 /* Bytes at the start of shared memory free between items: the TMA tiles'

@@ -126,10 +126,13 @@ const char *moe_ep_mega_unsupported(const moe_ep_split_dims_t *d);
 /* The item timeline (builds with -DMOE_EP_MEGA_TRACE=ON only, for the
  * bench): one record per work item a block ran, globaltimer ns at its start,
  * at the end of its wait for its inputs (GEMM and combine items; else = t0)
- * and at its end. */
+ * and at its end; besides the items, each block's start (from its entry to
+ * its first claim) and exit (mega_exit: the last block out clears the
+ * counters and publishes the error word). */
 enum {
     MOE_EP_MEGA_ITEM_SEND, MOE_EP_MEGA_ITEM_COUNT, MOE_EP_MEGA_ITEM_DISPATCH, MOE_EP_MEGA_ITEM_GEMM1,
-    MOE_EP_MEGA_ITEM_GEMM2, MOE_EP_MEGA_ITEM_ROWS, MOE_EP_MEGA_ITEM_COMBINE, MOE_EP_MEGA_ITEM_KINDS
+    MOE_EP_MEGA_ITEM_GEMM2, MOE_EP_MEGA_ITEM_ROWS, MOE_EP_MEGA_ITEM_COMBINE, MOE_EP_MEGA_ITEM_START,
+    MOE_EP_MEGA_ITEM_EXIT, MOE_EP_MEGA_ITEM_KINDS
 };
 typedef struct {
     uint32_t block, kind;
