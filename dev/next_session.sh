@@ -6,7 +6,10 @@
 #       --target moe_ep_tool && gzip -c build-T/tools/moe_ep > build-carry/moe_ep_T.gz
 #   build-carry/moe_ep_A.gz  main's tool (the plain build's tools/moe_ep, gzipped)
 #   build-carry/rs_tile_paired  (cd dev/wgmma_lab && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a \
-#       -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src -DLAB_PAIRED rs_tile.cu -o ../../build-carry/rs_tile_paired -lcuda)
+#       -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src -DLAB_PAIRED rs_tile.cu -o ../../build-carry/rs_tile_paired -lcuda),
+#   and the same with -DFR_LAB_SKIP_LOADS=3 (rs_tile_paired_noloads: stages past the first ring land
+#   without bytes, the tile's own bound) and -DFR_LAB_SKIP_CMULT (rs_tile_paired_nocmult: MX without
+#   its k32 multipliers: what MXFP8 / W4A8 pay for them)
 # 1. The paired decode tiles alone (kernel lab, no mega around them): GB/s of weights from HBM and
 #    from L2 (LAB_WEIGHT_EXPERTS=2). Predicted from the emulated EP8 group (mega at 1.07x of its
 #    floor with 24 items a block): the E4M3 tiles >= 3.8 TB/s from HBM; if so the slice's 1.44x
@@ -37,10 +40,12 @@ if [ "${1:-}" = ab ]; then
   exit 0
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
-chmod +x build-carry/rs_tile_paired
+chmod +x build-carry/rs_tile_paired*
 timeout 150 build-carry/rs_tile_paired > $O/lab_hbm.txt 2>&1; echo "lab hbm rc=$?"
 LAB_WEIGHT_EXPERTS=2 timeout 150 build-carry/rs_tile_paired > $O/lab_l2.txt 2>&1; echo "lab l2 rc=$?"
-grep -E "paired" $O/lab_hbm.txt | cut -c1-200; grep -E "paired" $O/lab_l2.txt | cut -c1-130
+timeout 150 build-carry/rs_tile_paired_noloads > $O/lab_noloads.txt 2>&1; echo "lab no loads rc=$?"
+timeout 150 build-carry/rs_tile_paired_nocmult > $O/lab_nocmult.txt 2>&1; echo "lab no k32 multipliers rc=$?"
+for f in hbm l2 noloads nocmult; do echo "== $f"; grep -E "^paired" $O/lab_$f.txt | grep -v producer | cut -c1-150; done
 echo "lab $(( $(date +%s) - t0 )) s"
 timeout 200 dev/trace_items.sh mxfp8:ds-v4-flash:8 fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:1 mxfp8:ds-v4-pro:8 \
   w4a8:ds-v4-flash:8 bf16:ds-v4-flash:8
