@@ -30,6 +30,9 @@ def report(label, recs):
     end = max(r[5] for r in recs) - z
     blocks = sorted({r[0] for r in recs})
     items = [r for r in recs if r[1] < 7]
+    if not items:
+        print(f"{label}: no items recorded")
+        return
     print(f"{label}: {len(items)} items, {len(blocks)} blocks, {end / 1e3:.1f} us from the first block's start to "
           f"the last exit; items {(min(r[2] for r in items) - z) / 1e3:.1f} .. {(max(r[5] for r in items) - z) / 1e3:.1f} us")
     by = collections.defaultdict(list)
