@@ -46,11 +46,11 @@ def items_of(args, rng):
             if i >= lag:
                 out += [x for x in g2 if x[1] == hit[i - lag]]
         out += [x for x in g2 if x[1] in hit[max(0, len(hit) - lag):]]
-        return out, n1, sum(x[2] for x in g1 + g2)
-    return g1 + g2, n1, sum(x[2] for x in g1 + g2)
+        return out, sum(x[2] for x in g1 + g2)
+    return g1 + g2, sum(x[2] for x in g1 + g2)
 
 
-def simulate(args, items, n1):
+def simulate(args, items):
     """Processor sharing in time steps of dt us."""
     dt = 0.05
     t = args.s0
@@ -103,9 +103,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     rng = random.Random(args.seed)
-    items, n1, kb = items_of(args, rng)
+    items, kb = items_of(args, rng)
     floor = kb / args.bw
-    t = simulate(args, items, n1)
+    t = simulate(args, items)
     print(f"{args.path} {args.geo} T {args.T} ranks {args.ranks}: {len(items)} items, {kb / 1e3:.0f} MB, "
           f"floor {floor:.1f} us, model {t:.1f} us = {t / floor:.2f}x (cap {args.cap}, o {args.o}, bn {args.bn}, {args.order})")
 

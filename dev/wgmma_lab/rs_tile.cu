@@ -205,7 +205,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     constexpr int CTS = CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA); /* the ring the tile runs */
     /* a tile that moves registers (setmaxnreg: unpaired rings) needs the launch's all; else at most
      * what the launch gives (80 at two blocks an SM), no local memory */
-    const int regs = CTS == 1 ? FR_LAUNCH_REGS : CT == 2 ? 80 : FR_LAUNCH_REGS;
+    const int regs = CT == 2 ? 80 : FR_LAUNCH_REGS;
     if (CTS == 1 ? fa.numRegs != regs : fa.numRegs > regs || fa.localSizeBytes > 0) {
         printf("%s: %d registers, the tile needs %s%d (local %zu B)\n", c.name, fa.numRegs, CTS == 1 ? "" : "at most ",
                regs, (size_t)fa.localSizeBytes);

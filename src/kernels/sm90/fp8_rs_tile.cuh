@@ -245,8 +245,8 @@ struct fr_smem {
     int claimed;                      /* the item claimed by thread 0 (g.claim_counter), else unset */
 };
 
-#define FR_SMEM_BYTES(FMT, BMA) (sizeof(fr_smem<FMT, BMA>) + 1024)
 #define FR_SMEM_BYTES_CT(FMT, BMA, CT) (sizeof(fr_smem<FMT, BMA, CT>) + 1024)
+#define FR_SMEM_BYTES(FMT, BMA) FR_SMEM_BYTES_CT(FMT, BMA, FR_CTAS_OF(FMT, BMA))
 /* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
