@@ -12,7 +12,8 @@ epilogue, claim). The forward adds `s0` us before the first GEMM item (launch, c
 dispatch) and `e0` after the last (combine, exit).
 
   dev/decode_schedule_sim.py [--geo flash|pro] [--T 8] [--ranks 1] [--path mxfp8] [--cap 30]
-                             [--o 2] [--bn 256] [--order kernel|interleave] [--seed 1]"""
+                             [--o 2] [--bn 256] [--order kernel|interleave] [--g2 all|stream]
+                             [--tail-cap 0] [--seed 1]"""
 import argparse
 import heapq
 import random
@@ -37,8 +38,8 @@ def items_of(args, rng):
     wb = WB[args.path]
     n1, n2 = 2 * I // args.bn, H // args.bn
     kb1, kb2 = args.bn * H * wb / 1e3, args.bn * I * wb / 1e3
-    g1 = [(1, e, kb1) for e in hit for _ in range(n1)]
-    g2 = [(2, e, kb2) for e in hit for _ in range(n2)]
+    g1 = [(1, e, kb1, j) for e in hit for j in range(n1)]
+    g2 = [(2, e, kb2, 0) for e in hit for _ in range(n2)]
     if args.order == "interleave":  # each expert's GEMM2 items right after the GEMM1 items of the expert two on
         out, lag = [], 2
         for i, e in enumerate(hit):
@@ -56,21 +57,38 @@ def simulate(args, items):
     t = args.s0
     free = list(range(args.blocks))
     nxt = 0
-    g1_left = {}
-    for g, e, _ in items:
+    g1_left, n1 = {}, {}
+    for g, e, _, j in items:
         if g == 1:
             g1_left[e] = g1_left.get(e, 0) + 1
-    running = []  # [block, remaining KB, overhead left, gemm, expert, waiting]
+            n1[e] = n1.get(e, 0) + 1
+    g1_cols = {e: [False] * n for e, n in n1.items()}  # GEMM1 items done, by column block
+
+    def g2_waits(r):
+        """A GEMM2 item waits: for all of its expert's GEMM1 (--g2 all), or, streaming
+        (--g2 stream), for the GEMM1 item of its next K stage (stage j: GEMM1 column block j)."""
+        if r[3] != 2:
+            return False
+        if args.g2 == "all":
+            return g1_left[r[4]] > 0
+        cols, kb = g1_cols[r[4]], r[6]
+        ready = 0
+        while ready < len(cols) and cols[ready]:
+            ready += 1
+        return r[2] <= 0 and kb - r[1] >= kb * ready / len(cols) - 1e-9
+
+    running = []  # [block, remaining KB, overhead left, gemm, expert, column block, KB]
     done_t = 0.0
     while nxt < len(items) or running:
         while free and nxt < len(items):
-            g, e, kb = items[nxt]
+            g, e, kb, j = items[nxt]
             nxt += 1
-            running.append([free.pop(), kb, args.o, g, e])
-        active = [r for r in running if r[2] <= 0 and not (r[3] == 2 and g1_left[r[4]] > 0)]
-        rate = min(args.cap, args.bw / max(1, len(active)))
+            running.append([free.pop(), kb, args.o, g, e, j, kb])
+        active = [r for r in running if r[2] <= 0 and not g2_waits(r)]
+        cap = args.tail_cap if args.tail_cap > 0 and nxt >= len(items) else args.cap
+        rate = min(cap, args.bw / max(1, len(active)))
         for r in running:
-            if r[3] == 2 and g1_left[r[4]] > 0:
+            if g2_waits(r):
                 continue  # waiting for its expert's GEMM1
             if r[2] > 0:
                 r[2] -= dt
@@ -82,6 +100,7 @@ def simulate(args, items):
             free.append(r[0])
             if r[3] == 1:
                 g1_left[r[4]] -= 1
+                g1_cols[r[4]][r[5]] = True
             done_t = t
     return done_t + args.e0
 
@@ -100,6 +119,9 @@ def main():
     p.add_argument("--e0", type=float, default=3.0)
     p.add_argument("--bn", type=int, default=256, help="weight rows an item")
     p.add_argument("--order", default="kernel")
+    p.add_argument("--tail-cap", type=float, default=0.0,
+                   help="KB/us a block streams at most once every item is claimed (0: --cap): the tail with more in flight")
+    p.add_argument("--g2", default="all", help="all: GEMM2 waits for its expert's GEMM1; stream: stage by stage")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     rng = random.Random(args.seed)
@@ -107,7 +129,7 @@ def main():
     floor = kb / args.bw
     t = simulate(args, items)
     print(f"{args.path} {args.geo} T {args.T} ranks {args.ranks}: {len(items)} items, {kb / 1e3:.0f} MB, "
-          f"floor {floor:.1f} us, model {t:.1f} us = {t / floor:.2f}x (cap {args.cap}, o {args.o}, bn {args.bn}, {args.order})")
+          f"floor {floor:.1f} us, model {t:.1f} us = {t / floor:.2f}x (cap {args.cap}, o {args.o}, bn {args.bn}, {args.order}, g2 {args.g2}, tail cap {args.tail_cap})")
 
 
 if __name__ == "__main__":

@@ -20,21 +20,25 @@
 #    block, 2 us an item): flash T = 8 MXFP8 ~163 us of items; the bench's 210 us leaves ~40 us.
 # 3. mega's forward at T = 1, 2, 4, 8 (MXFP8, flash): at T = 1 each block runs at most one item
 #    (192 items), so the forward is the fixed cost plus one GEMM1 and one GEMM2 item.
-# `dev/next_session.sh ab` instead (second call, ~5 min): the A/B of
-# dev/drafts/mega_rows_l2_prefetch.patch, the register tile's GEMM1 items asking L2 for their
-# first 4 (P4) or 8 (P8) weight stages while they wait for their rows (build-carry/moe_ep_P4.gz,
-# moe_ep_P8.gz: the patch on this tree, the second with -DMEGA_ROWS_PREFETCH_STAGES=8).
-# Predicted: mega fwd -2-4 % at flash T = 8 / 64 (HBM busy ~5 us earlier in a ~200 us forward),
-# -1 % at pro 8; P8 no better than P4 (68 MB asked of a 50 MB L2).
+# `dev/next_session.sh ab` instead (second call, ~5 min): the A/B of two drafts against main (A):
+#   P4: dev/drafts/mega_rows_l2_prefetch.patch, the register tile's GEMM1 items asking L2 for
+#     their first 4 weight stages while they wait for their rows (build-carry/moe_ep_P4.gz; P8,
+#     -DMEGA_ROWS_PREFETCH_STAGES=8, with `ab8`). Predicted: mega fwd -2-4 % at flash T = 8 / 64
+#     (HBM busy ~5 us earlier in a ~200 us forward), -1 % at pro 8; P8 no better.
+#   Q4: dev/drafts/mega_tail_l2_prefetch.patch, once every GEMM item is claimed the tiles of 64
+#     rows or fewer ask L2 for their weight stages 4 ahead of their loads (build-carry/moe_ep_Q4.gz).
+#     Predicted: -3-8 % at flash T = 8 if step 1 shows a paired block near 17 KB/us, -1-3 % at
+#     flash 64 and pro 8 / 64 (dev/decode_schedule_sim.py --tail-cap).
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
 t0=$(date +%s)
-if [ "${1:-}" = ab ]; then
-  for b in A P4 P8; do carried build-carry/moe_ep_$b || exit 1; done
-  scripts/ab.sh 2 build-carry/moe_ep_A build-carry/moe_ep_P4 build-carry/moe_ep_P8 -- --paths mxfp8,fp8_block,w4a8,nvfp4 \
+if [ "${1:-}" = ab ] || [ "${1:-}" = ab8 ]; then
+  set -- A P4 $([ "$1" = ab8 ] && echo P8 || echo Q4)
+  for b in "$@"; do carried build-carry/moe_ep_$b || exit 1; done
+  scripts/ab.sh 2 "${@/#/build-carry/moe_ep_}" -- --paths mxfp8,fp8_block,w4a8,nvfp4 \
     --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,64 --iters 20 2>&1 | tail -40
   echo "ab $(( $(date +%s) - t0 )) s"
   exit 0
