@@ -2,7 +2,7 @@
 # ptxas's registers and spills of one mega_forward instance (~6 s instead of
 # the whole mega.cu's ~2 min), on any machine with nvcc (the CI machine too):
 #   scripts/ptxas_mega.sh BM MODE SB [nvcc args...]
-# MODE by name (src/kernels/mega.cu, gemm_tile.cuh): BF16 CVT FP8 WGMMA FP8_RS MX_RS W4_RS NV_RS QG_RS;
+# MODE by name (src/kernels/mega_common.cuh, gemm_tile.cuh): BF16 CVT FP8 WGMMA FP8_RS MX_RS W4_RS NV_RS QG_RS;
 # SB 0, 32 or 128, as launch_for_format instantiates them, e.g.
 #   scripts/ptxas_mega.sh 128 W4_RS 32      scripts/ptxas_mega.sh 128 WGMMA 0
 # Extra nvcc args (-DSOME_LAB_SWITCH) pass through. Prints ptxas's lines for
@@ -25,9 +25,9 @@ if [ "${1:-}" = full ]; then
   out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
   nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=-v -Iinclude -Isrc \
     -DMOE_EP_HAVE_CUDA=1 "$@" -c -o "$out/mega.o" src/kernels/mega.cu >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
-  python3 - "$out/log" src/kernels/mega.cu src/kernels/sm90/gemm_tile.cuh <<'PY'
+  python3 - "$out/log" src/kernels/mega_common.cuh src/kernels/sm90/gemm_tile.cuh <<'PY'
 import re, sys
-src = open(sys.argv[2]).read() + open(sys.argv[3]).read()  # mega.cu's modes, gemm_tile.cuh's enum
+src = open(sys.argv[2]).read() + open(sys.argv[3]).read()  # mega_common.cuh's modes, gemm_tile.cuh's enum
 modes = {m.group(2): m.group(1) for m in re.finditer(r"MODE_(\w+)(?: =)? (\d+)\b", src)}
 inst, order = {}, []
 def key(fn):

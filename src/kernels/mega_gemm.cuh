@@ -1,0 +1,151 @@
+/* The mega kernel's GEMM items (mega.cu only): an item's tile, its wait for
+ * its inputs, the register tile's item protocol, one tile run by the
+ * format's tile code, its done counter.
+ */
+#pragma once
+
+#include "kernels/mega_common.cuh"
+
+template <int BM, int MODE>
+__host__ __device__ __forceinline__ size_t mega_shared_offset(const moe_ep_split_dims_t &d);
+
+/* GEMM item i (of one GEMM, n column blocks per m tile): its expert e, m
+ * tile mt and first column n0. */
+template <int MODE>
+__device__ __forceinline__ void gemm_item_tile(const mega_ctx &c, int E, int n, int i, int &e, int &mt, int &n0)
+{
+    e = tile_expert(c.tile_off, E, i / n); /* an expert's items are contiguous */
+    const int first = c.tile_off[e], li = i - first * n;
+    if constexpr (MODE == MODE_WGMMA) { /* column block by column block: split's bf16 order (wgmma_gemm.cu) */
+        const int m_e = c.tile_off[e + 1] - first;
+        mt = first + li % m_e, n0 = (li / m_e) * MEGA_BN;
+    } else {
+        mt = first + li / n, n0 = (li % n) * MEGA_BN;
+    }
+}
+
+/* The row step of expert e's bf16 tiles (MODE_WGMMA; tile mt: rows off[e] +
+ * (mt - tile_off[e]) * step, at most step of them): the rows spread evenly
+ * over the expert's m tiles, as split's (wg_tile_step). GEMM1, GEMM2, the
+ * row and the combine items all map rows to tiles so. The other modes step
+ * by BM, written out where used: this helper there, even when it returned
+ * BM, moved ptxas into C7511 at QG_RS 128 (thirtieth session). */
+__device__ __forceinline__ int mega_spread_step(const mega_ctx &c, int e)
+{
+    return wg_tile_step(c.off[e + 1] - c.off[e], c.tile_off[e + 1] - c.tile_off[e]);
+}
+
+/* ---- The register tile's item protocol ----------------------------------
+ * A GEMM item's done counter is raised (release_pending) not at the item's
+ * end, where the fence waits ~1 us for the epilogue's stores to drain, but
+ * in the block's next tile once its first loads are issued
+ * (mega_tile_hook::loads_issued), so that the drain overlaps their flight;
+ * and the next item's inputs are looked at when it is claimed, while thread
+ * 0 waits for the consumers anyway (mega_tile_hook::claimed), so that the
+ * item then starts without a wait's round trip. Deadlock-free: a block
+ * raises its pending counter before any wait that might need it (the item
+ * loop, for every item but one whose inputs were seen to exist; the exit). */
+
+/* Thread 0, every thread's writes of the item ordered before it by a barrier. */
+__device__ __forceinline__ void release_pending(mega_shared *sh)
+{
+    if (!sh->pending) return;
+    __threadfence();
+    red_release_add(sh->pending, 1);
+    sh->pending = nullptr;
+}
+
+/* The counter GEMM item `item` (the loop's index) waits for, and its target;
+ * NULL: not a GEMM item. From the shared block alone (the tile's hook has no args). */
+__device__ __forceinline__ const int32_t *gemm_dependency(const mega_shared *sh, int item, int32_t &target)
+{
+    const int j = item - sh->n_send - sh->n_count - sh->n_groups, n_g1 = sh->tiles * sh->n1;
+    if (item < 0 || j < 0 || j >= n_g1 + sh->tiles * sh->n2) return nullptr;
+    if (j >= n_g1) { /* GEMM2 item j - n_g1: m tile (j - n_g1) / n2 (gemm_item_tile's order) */
+        target = sh->n1;
+        return sh->ready + sh->E + (j - n_g1) / sh->n2; /* g1_done[mt] */
+    }
+    const int32_t *off = (const int32_t *)(sh + 1), *tile_off = off + sh->E + 1;
+    const int e = tile_expert(tile_off, sh->E, j / sh->n1);
+    target = off[e + 1] - off[e];
+    return sh->ready + e;
+}
+
+/* mega_shared_offset of the register tile's modes: a constant (their tile's
+ * shared memory does not depend on the layer's dims). */
+template <int BM, int MODE>
+__host__ __device__ constexpr size_t mega_rs_shared_offset()
+{
+    return (FR_SMEM_BYTES(RS_FMT_OF(MODE), BM) + 15) / 16 * 16;
+}
+
+/* The register tile's HOOK in this kernel (fr_no_hook: what and when). */
+template <int BM, int MODE>
+struct mega_tile_hook {
+    static __device__ __forceinline__ mega_shared *shared()
+    {
+        extern __shared__ __align__(1024) uint8_t smem[];
+        return (mega_shared *)(smem + mega_rs_shared_offset<BM, MODE>());
+    }
+    static __device__ __forceinline__ void claimed(int item)
+    {
+        if constexpr (!MEGA_DEFERS(MODE)) return;
+        mega_shared *sh = shared();
+        int32_t target = 0;
+        const int32_t *ctr = gemm_dependency(sh, item, target);
+        sh->dep_item = ctr && ld_acquire(ctr) >= target ? item : -1;
+    }
+    static __device__ __forceinline__ void loads_issued()
+    {
+        if constexpr (MEGA_DEFERS(MODE)) release_pending(shared());
+    }
+};
+
+template <int BM, int MODE, int SB, bool FIRST>
+__device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
+{
+    const moe_ep_mega_args_t &a = p.a;
+    int mt, e, row0, rows_valid, n0; /* row0 32-bit (rows < 2^31, layer.c): a 64-bit one held into the tile spilled */
+    {
+        const mega_ctx c = ctx_of(a, sh);
+        gemm_item_tile<MODE>(c, a.d.E, FIRST ? c.n1 : c.n2, i, e, mt, n0);
+        bool ok = (MEGA_DEFERS(MODE) && sh->dep_item == sh->item) ||
+                  (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
+        if (!ok) return false;
+        if constexpr (MODE == MODE_WGMMA) { /* after the wait: nothing more held across it */
+            const int step = mega_spread_step(c, e);
+            row0 = c.off[e] + (mt - c.tile_off[e]) * step, rows_valid = min(step, c.off[e + 1] - row0);
+        } else {
+            row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+        }
+        MEGA_TRACE_MARK(sh);
+        if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
+    }
+    if constexpr (MODE == MODE_WGMMA) {
+        /* non-bf16 GEMM2 outputs (the C-tile epilogue); never in the wide instance (launch refuses it) */
+        if constexpr (BM == WG_BM)
+            wgmma_tile(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+    }
+    else if constexpr (MODE_RS(MODE)) {
+        /* 128 rows and the paired instances (80 registers): the epilogue
+         * inlined spills in this kernel, so it runs after the tile as a call
+         * (fr_epilogue_after) */
+        constexpr int FMT = RS_FMT_OF(MODE);
+        constexpr bool AFTER = BM == 128 || FR_PAIRED(FMT, BM);
+        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+        if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
+    }
+    else
+        gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
+    sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
+    const mega_ctx c = ctx_of(a, sh);
+    if constexpr (MODE_RS(MODE))
+        if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
+    if constexpr (MEGA_DEFERS(MODE)) { /* the counter is raised later (release_pending), the item's writes drained by then */
+        if (threadIdx.x == 0) sh->pending = FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt];
+    } else {
+        block_signal(FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt]);
+    }
+    return true;
+}
