@@ -14,6 +14,11 @@
 #    from L2 (LAB_WEIGHT_EXPERTS=2). Predicted from the emulated EP8 group (mega at 1.07x of its
 #    floor with 24 items a block): the E4M3 tiles >= 3.8 TB/s from HBM; if so the slice's 1.44x
 #    is mega's per-forward cost and its item schedule, not the tile.
+#    LAB_SMS=16 (32 blocks, HBM far from bound): a block's own rate from HBM, the cap
+#    dev/decode_schedule_sim.py assumes. Predicted 25-50 KB/us (two 32 KB raw stages in flight
+#    per ~0.8 us of unloaded HBM latency plus a stage's compute); near 17 (a block's fair share of
+#    HBM at 264 blocks) the slice's decode tail is what the model says and the Q4 draft (`ab`)
+#    addresses it; at >= 30 the model's tail is small and the slice loses elsewhere (per item).
 # 2. mega's item trace of one forward per cell beside the same forward between events
 #    (dev/trace_items.sh): launch and exit outside the blocks, the start before the first GEMM,
 #    each item's run and KB/us, the tail. dev/decode_schedule_sim.py predicts (cap 20 KB/us a
@@ -47,9 +52,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --fo
 chmod +x build-carry/rs_tile_paired*
 timeout 150 build-carry/rs_tile_paired > $O/lab_hbm.txt 2>&1; echo "lab hbm rc=$?"
 LAB_WEIGHT_EXPERTS=2 timeout 150 build-carry/rs_tile_paired > $O/lab_l2.txt 2>&1; echo "lab l2 rc=$?"
+LAB_SMS=16 timeout 150 build-carry/rs_tile_paired > $O/lab_sms16.txt 2>&1; echo "lab 16 SMs rc=$?"
 timeout 150 build-carry/rs_tile_paired_noloads > $O/lab_noloads.txt 2>&1; echo "lab no loads rc=$?"
 timeout 150 build-carry/rs_tile_paired_nocmult > $O/lab_nocmult.txt 2>&1; echo "lab no k32 multipliers rc=$?"
-for f in hbm l2 noloads nocmult; do echo "== $f"; grep -E "^paired" $O/lab_$f.txt | grep -v producer | cut -c1-150; done
+for f in hbm l2 sms16 noloads nocmult; do echo "== $f"; grep -E "^paired" $O/lab_$f.txt | grep -v producer | cut -c1-170; done
 echo "lab $(( $(date +%s) - t0 )) s"
 timeout 200 dev/trace_items.sh mxfp8:ds-v4-flash:8 fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:1 mxfp8:ds-v4-pro:8 \
   w4a8:ds-v4-flash:8 bf16:ds-v4-flash:8

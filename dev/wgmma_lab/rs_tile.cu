@@ -23,7 +23,10 @@
  * the flash EP8 slice at decode (32 experts of 12 and of 2 rows), and the
  * 128-row MXFP8 / W4A8 GEMM1;
  * LAB_WEIGHT_EXPERTS=n (environment): the tiles read only n experts'
- * weights (n = 2 fits L2). Timing-only switches of fp8_rs_tile.cuh:
+ * weights (n = 2 fits L2). LAB_SMS=n (environment): a grid of n SMs' blocks
+ * (n x CT), so that HBM does not bind and a block's own rate shows (the
+ * KB/us a block printed; what a forward's tail gets when few blocks still
+ * stream). Timing-only switches of fp8_rs_tile.cuh:
  * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_CMULT, -DFR_LAB_SKIP_LOADS=1|2|3 (stages past a tile's first
  * ring land without their activations / weights / both: the K loop without its L2 traffic; FR_LAB_SKIP_WSCALES is gone: the
  * weights' multipliers are made at load since, as records, rs_mults.cuh).
@@ -247,9 +250,9 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     double mac_per_clk = macs / (best_ms * 1e-3) / (clock_khz * 1e3) / sms_all;
     double mhz = (d[4] - d[0]) / sms / (best_ms * 1e-3) / 1e6; /* busy cycles per block / time */
     mac_per_clk *= clock_khz / 1e3 / mhz;
-    printf("%-34s E %2d x %4d rows K %5d: %8.1f us %5.0f GB/s of weights ~%4.0f MHz %5.1f%% of fp16 peak | tile %7.0f cyc (%5.0f/stage) fill %5.0f waits %6.0f "
+    printf("%-34s E %2d x %4d rows K %5d: %8.1f us %5.0f GB/s of weights (%4.1f KB/us a block) ~%4.0f MHz %5.1f%% of fp16 peak | tile %7.0f cyc (%5.0f/stage) fill %5.0f waits %6.0f "
            "kloop %7.0f epi %5.0f (barrier %5.0f C %5.0f) after %4.0f | prod end %7.0f waits: widen %6.0f refill %6.0f\n",
-           c.name, E, rows_per_expert, K, best_ms * 1e3, b_bytes / (best_ms * 1e-3) / 1e9, mhz, 100.0 * mac_per_clk / 2048, per_tile(4, 0), per_tile(4, 0) / stages,
+           c.name, E, rows_per_expert, K, best_ms * 1e3, b_bytes / (best_ms * 1e-3) / 1e9, b_bytes / (best_ms * 1e-3) / 1e9 / sms, mhz, 100.0 * mac_per_clk / 2048, per_tile(4, 0), per_tile(4, 0) / stages,
            per_tile(1, 0), per_tile(6, 5), per_tile(2, 0), per_tile(3, 2), per_tile(12, 2), per_tile(13, 12), per_tile(4, 3), per_tile(7, 0),
            per_tile(9, 8), per_tile(11, 10));
     printf("%-34s producer per tile (thread 32): stage waits %6.0f, scales + barrier %6.0f, widening %6.0f\n", c.name,
@@ -262,6 +265,7 @@ int main(void)
 {
     int sms, clock_khz;
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (getenv("LAB_SMS")) sms = atoi(getenv("LAB_SMS")); /* fewer blocks: a block's own rate, HBM not the bound */
     CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     printf("%d SMs, clock %d MHz (the attribute: the rate below assumes it)\n", sms, clock_khz / 1000);
     const moe_ep_format_t F8 = MOE_EP_FORMAT_FP8_BLOCK, MX = MOE_EP_FORMAT_MXFP8, NV = MOE_EP_FORMAT_NVFP4,
