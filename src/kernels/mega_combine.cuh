@@ -1,7 +1,7 @@
 /* The mega kernel's local combine items (mega.cu only): a token group's
- * rows summed once their GEMM2 tiles are done.
- */
-#pragma once
+ * rows summed once their GEMM2 tiles are done. */
+#ifndef MOE_EP_MEGA_COMBINE_CUH
+#define MOE_EP_MEGA_COMBINE_CUH
 
 #include "kernels/mega_dispatch.cuh"
 #include "kernels/mega_gemm.cuh"
@@ -131,3 +131,5 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &s
     __syncthreads();
     return true;
 }
+
+#endif

@@ -2,9 +2,9 @@
  * the mega_*.cuh parts) shares: its modes, the block's shared state and
  * context, the waits and signals between blocks (mega.cu's header: how they
  * synchronise), the item trace, the ring of staged rows and the kernel's
- * parameters.
- */
-#pragma once
+ * parameters. */
+#ifndef MOE_EP_MEGA_COMMON_CUH
+#define MOE_EP_MEGA_COMMON_CUH
 
 #include "kernels/mega_kernels.h"
 #include "kernels/plan_scan.cuh"
@@ -294,3 +294,5 @@ struct mega_params {
     mega_staging xs, ys;            /* staged dispatch (bf16 x rows) and combine (a token's K wire rows) */
     int gather; /* the bf16 GEMM runs: GEMM1 reads its A rows from x (every x 16-byte aligned), no row copies */
 };
+
+#endif

@@ -1,8 +1,8 @@
 /* The mega kernel's count and dispatch items (mega.cu only): each slot's
  * position in its expert's rows, then each token quantized once and
- * written to its rows, which count towards their expert's ready counter.
- */
-#pragma once
+ * written to its rows, which count towards their expert's ready counter. */
+#ifndef MOE_EP_MEGA_DISPATCH_CUH
+#define MOE_EP_MEGA_DISPATCH_CUH
 
 #include "kernels/mega_common.cuh"
 
@@ -195,3 +195,5 @@ __device__ void dispatch_sources(const moe_ep_mega_args_t &a, mega_shared *sh, i
     record_row_sources(a, c, sh, first, count);
     dispatch_signal(a, c, sh, first, count);
 }
+
+#endif

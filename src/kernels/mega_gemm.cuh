@@ -1,8 +1,8 @@
 /* The mega kernel's GEMM items (mega.cu only): an item's tile, its wait for
  * its inputs, the register tile's item protocol, one tile run by the
- * format's tile code, its done counter.
- */
-#pragma once
+ * format's tile code, its done counter. */
+#ifndef MOE_EP_MEGA_GEMM_CUH
+#define MOE_EP_MEGA_GEMM_CUH
 
 #include "kernels/mega_common.cuh"
 
@@ -149,3 +149,5 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     }
     return true;
 }
+
+#endif

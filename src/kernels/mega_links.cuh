@@ -1,8 +1,8 @@
 /* The mega kernel on NCCL groups, one rank per GPU (mega.cu only): send
  * items, row items and the link's combine, through the mapped heap
- * (mega_kernels.h).
- */
-#pragma once
+ * (mega_kernels.h). */
+#ifndef MOE_EP_MEGA_LINKS_CUH
+#define MOE_EP_MEGA_LINKS_CUH
 
 #include "kernels/mega_gemm.cuh"
 
@@ -163,3 +163,5 @@ __device__ void link_exit(const moe_ep_mega_args_t &a, mega_shared *sh)
     __syncthreads();
     if (threadIdx.x < l.world) red_release_sys_add(&ctrl_of(peer_heap(l, threadIdx.x), l.world).done[l.rank], 1u);
 }
+
+#endif

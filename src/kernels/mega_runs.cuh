@@ -1,7 +1,7 @@
 /* The mega kernel's bf16 GEMM runs (mega.cu only): a block's consecutive
- * GEMM items pipelined over one ring (MODE_WGMMA).
- */
-#pragma once
+ * GEMM items pipelined over one ring (MODE_WGMMA). */
+#ifndef MOE_EP_MEGA_RUNS_CUH
+#define MOE_EP_MEGA_RUNS_CUH
 
 #include "kernels/mega_gemm.cuh"
 
@@ -253,3 +253,5 @@ __device__ int gemm_run(const mega_params &p, mega_shared *sh, uint8_t *smem, in
     __syncthreads(); /* run_end read by all before the loop's thread 0 moves on */
     return end;
 }
+
+#endif
