@@ -34,12 +34,31 @@
 #     rows or fewer ask L2 for their weight stages 4 ahead of their loads (build-carry/moe_ep_Q4.gz).
 #     Predicted: -3-8 % at flash T = 8 if step 1 shows a paired block near 17 KB/us, -1-3 % at
 #     flash 64 and pro 8 / 64 (dev/decode_schedule_sim.py --tail-cap).
+# `dev/next_session.sh mx` (third call, ~2-3 min): the kernel lab's MX tiles without promotions
+#   (timing only, wrong sums: -DFR_LAB_MX_NO_PROMOTE, both m64 blocks straight into the
+#   accumulators, no partial sum; design.md's forty-sixth-session lead) beside the same lab as
+#   merged: build-carry/rs_tile_decode{,_mxnp} (-DLAB_DECODE: 64- / 32- / 16-row tiles at flash
+#   decode, the 128-row MXFP8 / W4A8 GEMM1 at T = 8192) and rs_tile_paired_mxnp (-DLAB_PAIRED).
+#   Predicted: MXFP8 / W4A8 128-row GEMM1 -8-15 % a tile (the QGMMA tile lost ~11 % of its stage
+#   to promotions, twenty-fourth session; MXFP8's also load and multiply 2^ref_w), decode 0-10 %;
+#   worth building the exact form (and its spread test) only if the 128-row tile gains >= 8 %.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
 t0=$(date +%s)
+if [ "${1:-}" = mx ]; then
+  chmod +x build-carry/rs_tile_*
+  for b in decode decode_mxnp paired paired_mxnp; do
+    timeout 150 build-carry/rs_tile_$b > $O/lab_$b.txt 2>&1; echo "lab $b rc=$?"
+  done
+  for b in decode decode_mxnp paired paired_mxnp; do
+    echo "== $b"; grep -E "mxfp8|w4a8" $O/lab_$b.txt | grep -v producer | cut -c1-170
+  done
+  echo "mx $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
 if [ "${1:-}" = ab ] || [ "${1:-}" = ab8 ]; then
   set -- A P4 $([ "$1" = ab8 ] && echo P8 || echo Q4)
   for b in "$@"; do carried build-carry/moe_ep_$b || exit 1; done
