@@ -10,6 +10,10 @@
 #   and the same with -DFR_LAB_SKIP_LOADS=3 (rs_tile_paired_noloads: stages past the first ring land
 #   without bytes, the tile's own bound) and -DFR_LAB_SKIP_CMULT (rs_tile_paired_nocmult: MX without
 #   its k32 multipliers: what MXFP8 / W4A8 pay for them)
+#   for `ab`: build-carry/moe_ep_P4.gz, moe_ep_Q4.gz (P8: ab8): main with the draft applied
+#       (git apply dev/drafts/....patch in a worktree), its tools/moe_ep gzipped
+#   for `mx`: rs_tile_decode (-DLAB_DECODE), rs_tile_decode_mxnp (-DLAB_DECODE -DFR_LAB_MX_NO_PROMOTE),
+#       rs_tile_paired_mxnp (-DLAB_PAIRED -DFR_LAB_MX_NO_PROMOTE), built as rs_tile_paired
 # 1. The paired decode tiles alone (kernel lab, no mega around them): GB/s of weights from HBM and
 #    from L2 (LAB_WEIGHT_EXPERTS=2). Predicted from the emulated EP8 group (mega at 1.07x of its
 #    floor with 24 items a block): the E4M3 tiles >= 3.8 TB/s from HBM; if so the slice's 1.44x
