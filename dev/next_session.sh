@@ -10,10 +10,10 @@
 #   and the same with -DFR_LAB_SKIP_LOADS=3 (rs_tile_paired_noloads: stages past the first ring land
 #   without bytes, the tile's own bound) and -DFR_LAB_SKIP_CMULT (rs_tile_paired_nocmult: MX without
 #   its k32 multipliers: what MXFP8 / W4A8 pay for them)
-#   for `ab`: build-carry/moe_ep_P4.gz, moe_ep_Q4.gz (P8: ab8): main with the draft applied
+#   for `ab`: build-carry/moe_ep_P4.gz, moe_ep_Q4.gz: main with the draft applied
 #       (git apply dev/drafts/....patch in a worktree), its tools/moe_ep gzipped
-#   for `mx`: rs_tile_decode (-DLAB_DECODE), rs_tile_decode_mxnp (-DLAB_DECODE -DFR_LAB_MX_NO_PROMOTE),
-#       rs_tile_paired_mxnp (-DLAB_PAIRED -DFR_LAB_MX_NO_PROMOTE), built as rs_tile_paired
+#   for `mx`: rs_tile_decode (-DLAB_DECODE) of main, rs_tile_decode_M and rs_tile_paired_M the
+#       same (and -DLAB_PAIRED) with dev/drafts/rs_tile_mx_one_sum.patch applied; `mxab`: moe_ep_M.gz
 # 1. The paired decode tiles alone (kernel lab, no mega around them): GB/s of weights from HBM and
 #    from L2 (LAB_WEIGHT_EXPERTS=2). Predicted from the emulated EP8 group (mega at 1.07x of its
 #    floor with 24 items a block): the E4M3 tiles >= 3.8 TB/s from HBM; if so the slice's 1.44x
@@ -31,21 +31,24 @@
 #    (192 items), so the forward is the fixed cost plus one GEMM1 and one GEMM2 item.
 # `dev/next_session.sh ab` instead (second call, ~5 min): the A/B of two drafts against main (A):
 #   P4: dev/drafts/mega_rows_l2_prefetch.patch, the register tile's GEMM1 items asking L2 for
-#     their first 4 weight stages while they wait for their rows (build-carry/moe_ep_P4.gz; P8,
-#     -DMEGA_ROWS_PREFETCH_STAGES=8, with `ab8`). Predicted: mega fwd -2-4 % at flash T = 8 / 64
-#     (HBM busy ~5 us earlier in a ~200 us forward), -1 % at pro 8; P8 no better.
+#     their first 4 weight stages while they wait for their rows (build-carry/moe_ep_P4.gz).
+#     Predicted: mega fwd -2-4 % at flash T = 8 / 64 (HBM busy ~5 us earlier in a ~200 us forward),
+#     -1 % at pro 8.
 #   Q4: dev/drafts/mega_tail_l2_prefetch.patch, once every GEMM item is claimed the tiles of 64
 #     rows or fewer ask L2 for their weight stages 4 ahead of their loads (build-carry/moe_ep_Q4.gz).
 #     Predicted: -3-8 % at flash T = 8 if step 1 shows a paired block near 17 KB/us, -1-3 % at
 #     flash 64 and pro 8 / 64 (dev/decode_schedule_sim.py --tail-cap).
-# `dev/next_session.sh mx` (third call, ~2-3 min): the kernel lab's MX tiles without promotions
-#   (timing only, wrong sums: -DFR_LAB_MX_NO_PROMOTE, both m64 blocks straight into the
-#   accumulators, no partial sum; design.md's forty-sixth-session lead) beside the same lab as
-#   merged: build-carry/rs_tile_decode{,_mxnp} (-DLAB_DECODE: 64- / 32- / 16-row tiles at flash
-#   decode, the 128-row MXFP8 / W4A8 GEMM1 at T = 8192) and rs_tile_paired_mxnp (-DLAB_PAIRED).
-#   Predicted: MXFP8 / W4A8 128-row GEMM1 -8-15 % a tile (the QGMMA tile lost ~11 % of its stage
-#   to promotions, twenty-fourth session; MXFP8's also load and multiply 2^ref_w), decode 0-10 %;
-#   worth building the exact form (and its spread test) only if the 128-row tile gains >= 8 %.
+# `dev/next_session.sh mx` (third call, ~2 min): the kernel lab of main against the lab of
+#   dev/drafts/rs_tile_mx_one_sum.patch (MXFP8 / W4A8 with each row's scale reference over all of
+#   K: one fp32 sum over K, no partial sum, no promotion; design.md, forty-sixth session):
+#   build-carry/rs_tile_decode{,_M} (-DLAB_DECODE: the 64- / 32- / 16-row tiles at flash decode,
+#   the 128-row MXFP8 / W4A8 GEMM1 at T = 8192), rs_tile_paired{,_M} (-DLAB_PAIRED). Predicted:
+#   the 128-row MXFP8 / W4A8 GEMM1 -8-15 % a tile (QGMMA's stage lost ~11 % to its promotions,
+#   twenty-fourth session; MXFP8's also load and multiply 2^ref_w), decode 0-10 %.
+# `dev/next_session.sh mxtest` (~6-8 min): the draft's correctness: the patch applied to a copy
+#   of the tree (/tmp, built in build-mx/), test_tiles and test_split (split, mega).
+# `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
+#   and W4A8, both geometries, T = 8, 64, 512, 2048, 8192. Merge only if mxtest passes and mxab wins.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
@@ -54,17 +57,37 @@ O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
 t0=$(date +%s)
 if [ "${1:-}" = mx ]; then
   chmod +x build-carry/rs_tile_*
-  for b in decode decode_mxnp paired paired_mxnp; do
+  for b in decode decode_M paired paired_M; do
     timeout 150 build-carry/rs_tile_$b > $O/lab_$b.txt 2>&1; echo "lab $b rc=$?"
   done
-  for b in decode decode_mxnp paired paired_mxnp; do
+  for b in decode decode_M paired paired_M; do
     echo "== $b"; grep -E "mxfp8|w4a8" $O/lab_$b.txt | grep -v producer | cut -c1-170
   done
   echo "mx $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = ab ] || [ "${1:-}" = ab8 ]; then
-  set -- A P4 $([ "$1" = ab8 ] && echo P8 || echo Q4)
+if [ "${1:-}" = mxtest ]; then
+  src=/tmp/moe_ep_mx_tree; rm -rf $src && mkdir -p $src && git ls-files -z | xargs -0 cp --parents -t $src &&
+    (cd $src && git apply "$OLDPWD/dev/drafts/rs_tile_mx_one_sum.patch") > $O/mx_apply.log 2>&1 || { cat $O/mx_apply.log; exit 1; }
+  cmake -S $src -B build-mx -DCMAKE_BUILD_TYPE=Release > $O/mx_cfg.log 2>&1 &&
+    cmake --build build-mx -j16 > $O/mx_build.log 2>&1 || { tail -20 $O/mx_build.log; exit 1; }
+  echo "build $(( $(date +%s) - t0 )) s"
+  timeout 200 build-mx/tests/test_tiles > $O/mx_tiles.log 2>&1; echo "test_tiles rc=$? $(tail -1 $O/mx_tiles.log)"
+  grep -E "mxfp8|w4a8" $O/mx_tiles.log | head -8
+  MOE_EP_TEST_BACKENDS=split,mega timeout 250 build-mx/tests/test_split > $O/mx_split.log 2>&1
+  echo "test_split (split, mega) rc=$? $(tail -1 $O/mx_split.log)"
+  echo "mxtest $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = mxab ]; then
+  for b in A M; do carried build-carry/moe_ep_$b || exit 1; done
+  scripts/ab.sh 1 build-carry/moe_ep_A build-carry/moe_ep_M -- --paths mxfp8,w4a8 --backends split,mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,2048,8192 --iters 10 2>&1 | tail -40
+  echo "mxab $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = ab ]; then
+  set -- A P4 Q4
   for b in "$@"; do carried build-carry/moe_ep_$b || exit 1; done
   scripts/ab.sh 2 "${@/#/build-carry/moe_ep_}" -- --paths mxfp8,fp8_block,w4a8,nvfp4 \
     --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,64 --iters 20 2>&1 | tail -40

@@ -27,8 +27,6 @@
  * (n x CT), so that HBM does not bind and a block's own rate shows (the
  * KB/us a block printed; what a forward's tail gets when few blocks still
  * stream). Timing-only switches of fp8_rs_tile.cuh:
- * -DFR_LAB_MX_NO_PROMOTE (MXFP8 / W4A8 blocks straight into the accumulators, no partial sum,
- * no promotion: what a promotion-free MX tile could gain),
  * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_CMULT, -DFR_LAB_SKIP_LOADS=1|2|3 (stages past a tile's first
  * ring land without their activations / weights / both: the K loop without its L2 traffic; FR_LAB_SKIP_WSCALES is gone: the
  * weights' multipliers are made at load since, as records, rs_mults.cuh).

@@ -976,12 +976,6 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_
         if (kt == 0) FR_TRACE(1);
         if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
             fr_stage_nv<BMA, NW>(acc, ad, rs, cs);
-#ifdef FR_LAB_MX_NO_PROMOTE /* the kernel lab, timing only (wrong sums): MX blocks into acc, no partial sum and
-                             * no promotion (docs/design.md, forty-sixth session: MX without promotions) */
-        } else if constexpr (FR_MX(FMT)) {
-            fr_block<FMT, BMA, 0, NW, CT>(acc[0], ad, rs, cs);
-            fr_block<FMT, BMA, 1, NW, CT>(acc[1], ad, rs, cs);
-#endif
         } else {
             fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
             fr_promote<FMT, NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
