@@ -9,11 +9,12 @@
 #       -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src -DLAB_PAIRED rs_tile.cu -o ../../build-carry/rs_tile_paired -lcuda),
 #   and the same with -DFR_LAB_SKIP_LOADS=3 (rs_tile_paired_noloads: stages past the first ring land
 #   without bytes, the tile's own bound) and -DFR_LAB_SKIP_CMULT (rs_tile_paired_nocmult: MX without
-#   its k32 multipliers: what MXFP8 / W4A8 pay for them)
+#   its k32 multipliers: what MXFP8 / W4A8 pay for them), built on the device by this script
 #   for `ab`: build-carry/moe_ep_P4.gz, moe_ep_Q4.gz: main with the draft applied
 #       (git apply dev/drafts/....patch in a worktree), its tools/moe_ep gzipped
 #   for `mx`: rs_tile_decode (-DLAB_DECODE) of main, rs_tile_decode_M and rs_tile_paired_M the
-#       same (and -DLAB_PAIRED) with dev/drafts/rs_tile_mx_one_sum.patch applied; `mxab`: moe_ep_M.gz
+#       same (and -DLAB_PAIRED) with dev/drafts/rs_tile_mx_one_sum.patch applied; `mxab`: moe_ep_M.gz,
+#       moe_ep_M2.gz (and rs_tile_mx_paired32.patch)
 # 1. The paired decode tiles alone (kernel lab, no mega around them): GB/s of weights from HBM and
 #    from L2 (LAB_WEIGHT_EXPERTS=2). Predicted from the emulated EP8 group (mega at 1.07x of its
 #    floor with 24 items a block): the E4M3 tiles >= 3.8 TB/s from HBM; if so the slice's 1.44x
@@ -48,7 +49,9 @@
 # `dev/next_session.sh mxtest` (~6-8 min): the draft's correctness: the patch applied to a copy
 #   of the tree (/tmp, built in build-mx/), test_tiles and test_split (split, mega).
 # `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
-#   and W4A8, both geometries, T = 8, 64, 512, 2048, 8192. Merge only if mxtest passes and mxab wins.
+#   and W4A8, both geometries, T = 8, 64, 512, 8192; and moe_ep_M2 (with
+#   dev/drafts/rs_tile_mx_paired32.patch too: MXFP8's 32-row mega instance paired). Merge only if
+#   mxtest passes and mxab wins.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
@@ -80,9 +83,9 @@ if [ "${1:-}" = mxtest ]; then
   exit 0
 fi
 if [ "${1:-}" = mxab ]; then
-  for b in A M; do carried build-carry/moe_ep_$b || exit 1; done
-  scripts/ab.sh 1 build-carry/moe_ep_A build-carry/moe_ep_M -- --paths mxfp8,w4a8 --backends split,mega \
-    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,2048,8192 --iters 10 2>&1 | tail -40
+  for b in A M M2; do carried build-carry/moe_ep_$b || exit 1; done
+  scripts/ab.sh 1 build-carry/moe_ep_A build-carry/moe_ep_M build-carry/moe_ep_M2 -- --paths mxfp8,w4a8 --backends split,mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -40
   echo "mxab $(( $(date +%s) - t0 )) s"
   exit 0
 fi
@@ -96,6 +99,10 @@ if [ "${1:-}" = ab ]; then
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
 chmod +x build-carry/rs_tile_paired*
+for v in noloads:-DFR_LAB_SKIP_LOADS=3 nocmult:-DFR_LAB_SKIP_CMULT; do # built here: the carry's 64 MiB
+  [ -x build-carry/rs_tile_paired_${v%%:*} ] || (cd dev/wgmma_lab && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a \
+    -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src -DLAB_PAIRED ${v#*:} rs_tile.cu -o ../../build-carry/rs_tile_paired_${v%%:*} -lcuda)
+done
 timeout 150 build-carry/rs_tile_paired > $O/lab_hbm.txt 2>&1; echo "lab hbm rc=$?"
 LAB_WEIGHT_EXPERTS=2 timeout 150 build-carry/rs_tile_paired > $O/lab_l2.txt 2>&1; echo "lab l2 rc=$?"
 LAB_SMS=16 timeout 150 build-carry/rs_tile_paired > $O/lab_sms16.txt 2>&1; echo "lab 16 SMs rc=$?"
