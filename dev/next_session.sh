@@ -46,8 +46,8 @@
 #   the 128-row MXFP8 / W4A8 GEMM1 at T = 8192), rs_tile_paired{,_M} (-DLAB_PAIRED). Predicted:
 #   the 128-row MXFP8 / W4A8 GEMM1 -8-15 % a tile (QGMMA's stage lost ~11 % to its promotions,
 #   twenty-fourth session; MXFP8's also load and multiply 2^ref_w), decode 0-10 %.
-# `dev/next_session.sh mxtest` (~6-8 min): the draft's correctness: the patch applied to a copy
-#   of the tree (/tmp, built in build-mx/), test_tiles and test_split (split, mega).
+# `dev/next_session.sh mxtest` (~6-8 min): the drafts' correctness: both MX patches applied to a
+#   copy of the tree (/tmp, built in build-mx/: moe_ep_M2's code), test_tiles and test_split (split, mega).
 # `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
 #   and W4A8, both geometries, T = 8, 64, 512, 8192; and moe_ep_M2 (with
 #   dev/drafts/rs_tile_mx_paired32.patch too: MXFP8's 32-row mega instance paired). Merge only if
@@ -71,7 +71,8 @@ if [ "${1:-}" = mx ]; then
 fi
 if [ "${1:-}" = mxtest ]; then
   src=/tmp/moe_ep_mx_tree; rm -rf $src && mkdir -p $src && git ls-files -z | xargs -0 cp --parents -t $src &&
-    (cd $src && git apply "$OLDPWD/dev/drafts/rs_tile_mx_one_sum.patch") > $O/mx_apply.log 2>&1 || { cat $O/mx_apply.log; exit 1; }
+    (cd $src && git apply "$OLDPWD/dev/drafts/rs_tile_mx_one_sum.patch" && git apply "$OLDPWD/dev/drafts/rs_tile_mx_paired32.patch") \
+    > $O/mx_apply.log 2>&1 || { cat $O/mx_apply.log; exit 1; }
   cmake -S $src -B build-mx -DCMAKE_BUILD_TYPE=Release > $O/mx_cfg.log 2>&1 &&
     cmake --build build-mx -j16 > $O/mx_build.log 2>&1 || { tail -20 $O/mx_build.log; exit 1; }
   echo "build $(( $(date +%s) - t0 )) s"
