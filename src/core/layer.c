@@ -194,8 +194,8 @@ static moe_ep_status_t check_weights(moe_ep_layer_t l, const moe_ep_expert_weigh
     int last = l->first_expert + l->num_local_experts;
     MOE_EP_REQUIRE(w->num_experts >= 1 && w->first_expert >= l->first_expert &&
                        w->first_expert <= last - w->num_experts,
-                   "experts [%d, %d) outside this process's experts [%d, %d)", w->first_expert,
-                   w->first_expert + w->num_experts, l->first_expert, last);
+                   "experts [%d, %lld) outside this process's experts [%d, %d)", w->first_expert,
+                   (long long)w->first_expert + w->num_experts, l->first_expert, last);
     MOE_EP_REQUIRE(w->w13 != NULL && w->w2 != NULL, "w13 or w2 is NULL");
     if (w->format != MOE_EP_FORMAT_BF16)
         MOE_EP_REQUIRE(w->w13_scales != NULL && w->w2_scales != NULL, "%s weights need scales",
