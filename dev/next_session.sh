@@ -48,6 +48,12 @@
 #   twenty-fourth session; MXFP8's also load and multiply 2^ref_w), decode 0-10 %.
 # `dev/next_session.sh mxtest` (~6-8 min): the drafts' correctness: both MX patches applied to a
 #   copy of the tree (/tmp, built in build-mx/: moe_ep_M2's code), test_tiles and test_split (split, mega).
+# `dev/next_session.sh asan` (~4 min; carry build-asan-carry, not build-carry): the GPU backends'
+#   host code (split.c, mega.c, knobs, the NCCL group of one) under AddressSanitizer and UBSan:
+#   build-asan-carry/test_{split,nccl,tiles}.gz from cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo
+#   -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" (and the same in
+#   CMAKE_EXE_LINKER_FLAGS), then cmake --build build-asan --target test_split test_nccl test_tiles; gzip.
+#   The CPU build ran clean (design.md, the reference backend); the GPU backends' host code never ran so.
 # `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
 #   and W4A8, both geometries, T = 8, 64, 512, 8192; and moe_ep_M2 (with
 #   dev/drafts/rs_tile_mx_paired32.patch too: MXFP8's 32-row mega instance paired). Merge only if
@@ -81,6 +87,18 @@ if [ "${1:-}" = mxtest ]; then
   MOE_EP_TEST_BACKENDS=split,mega timeout 250 build-mx/tests/test_split > $O/mx_split.log 2>&1
   echo "test_split (split, mega) rc=$? $(tail -1 $O/mx_split.log)"
   echo "mxtest $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan / UBSan with a GPU
+  export ASAN_OPTIONS=protect_shadow_gap=0:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$PWD/dev/lsan_cuda.supp
+  for b in test_split test_nccl test_tiles; do carried build-asan-carry/$b || exit 1; done
+  MOE_EP_TEST_QUICK=1 MOE_EP_TEST_BACKENDS=split,mega timeout 300 build-asan-carry/test_split > $O/asan_split.log 2>&1
+  echo "asan test_split (split, mega; quick) rc=$? $(tail -1 $O/asan_split.log)"
+  timeout 120 build-asan-carry/test_nccl > $O/asan_nccl.log 2>&1; echo "asan test_nccl rc=$? $(tail -1 $O/asan_nccl.log)"
+  MOE_EP_TEST_QUICK=1 timeout 120 build-asan-carry/test_tiles > $O/asan_tiles.log 2>&1
+  echo "asan test_tiles (quick) rc=$? $(tail -1 $O/asan_tiles.log)"
+  grep -h -A12 -E "ERROR: (Address|Leak)Sanitizer|runtime error" $O/asan_*.log | head -60
+  echo "asan $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = mxab ]; then
