@@ -430,10 +430,58 @@ static void versus_reference(const char *name, const fixture_t *f, spec_t s, con
 
 static const char *route_name(route_t r);
 
+/* Explicit knobs {tile rows, CTAs per SM} valid for the fixture's shapes and
+ * the path: {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the HGMMA tile, on
+ * bf16); the quantized paths with the wgmma shapes run only one tile kind:
+ * the register tile, 128, 64, 32 or 16 rows (fp16 HGMMA; FP8-BLOCK with
+ * fp8_fast_accum QGMMA), and have nothing to tune. Returns how many; *one_tile
+ * says whether they are the register tile's. */
+static int valid_knob_sets(const fixture_t *f, moe_ep_path_t path, const int (**sets)[2], int *one_tile)
+{
+    static const int all[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}},
+                     rs[6][2] = {{16, 1}, {32, 1}, {64, 1}, {128, 1}, {64, 2}, {128, 2}};
+    int wg_shapes = f->H % 256 == 0 && f->I % 128 == 0;
+    *one_tile = path != MOE_EP_PATH_BF16 && wg_shapes;
+    *sets = *one_tile ? rs : all;
+    return *one_tile ? 6 : path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
+}
+
+/* One of valid_knob_sets at random. */
+static moe_ep_knobs_t random_valid_knobs(const fixture_t *f, moe_ep_path_t path, uint64_t *rng)
+{
+    const int(*sets)[2];
+    int one_tile, i = (int)(test_rand_u64(rng) % (uint64_t)valid_knob_sets(f, path, &sets, &one_tile));
+    moe_ep_knobs_t k = MOE_EP_KNOBS_INIT;
+    k.gemm_tile_rows = sets[i][0], k.gemm_ctas_per_sm = sets[i][1];
+    return k;
+}
+
+/* One GPU backend at random: its heuristic knobs on every SM, then random
+ * explicit knobs on a random number of SMs, give the same bytes. */
+static void random_knobs_same_bytes(const char *name, const fixture_t *f, spec_t s, const split_t *sp,
+                                    const dbuf_t *d, uint64_t *rng, cudaStream_t stream)
+{
+    s.backend = backends[test_rand_u64(rng) % (uint64_t)num_backends];
+    if (s.backend == MOE_EP_BACKEND_MEGA && f->H % 256 != 0) s.backend = MOE_EP_BACKEND_SPLIT;
+    nvfp4_scales(f, &s);
+    uint16_t *base = xmalloc(d->out_bytes), *out = xmalloc(d->out_bytes);
+    moe_ep_status_t st = gpu_run(f, &s, sp, d, stream, 1, base);
+    moe_ep_knobs_t k = random_valid_knobs(f, s.path, rng);
+    s.knobs = &k, s.num_sms = 1 + (int)(test_rand_u64(rng) % 140);
+    if (!st) st = gpu_run(f, &s, sp, d, stream, 1, out);
+    printf("  %s %s knobs {%d, %d} on %d SMs: %s\n", moe_ep_backend_name(s.backend), name, k.gemm_tile_rows,
+           k.gemm_ctas_per_sm, s.num_sms, st ? errmsg() : memcmp(base, out, d->out_bytes) ? "DIFFER" : "same bytes");
+    EXPECT(st == MOE_EP_SUCCESS && memcmp(base, out, d->out_bytes) == 0, "%s %s knobs {%d, %d}, %d SMs: %s",
+           moe_ep_backend_name(s.backend), name, k.gemm_tile_rows, k.gemm_ctas_per_sm, s.num_sms,
+           st ? errmsg() : "bytes differ from the heuristic knobs'");
+    free(base), free(out);
+}
+
 /* Random geometries (the fixed cases below use a few): E = R x 1..4, K up to
  * 8, H and I multiples of 128 (H % 256 != 0: split only, its other tiles),
  * uneven token counts per rank (0 included), a random path, wire and routing;
- * against the reference, and mega against split bit for bit. */
+ * against the reference, mega against split bit for bit, and random explicit
+ * knobs and SM counts against the heuristic's bytes. */
 static void test_random_shapes(uint64_t *rng, cudaStream_t stream)
 {
     static const int Rs[] = {1, 2, 4, 8}, Hs[] = {128, 256, 384, 512, 768, 1024}, Is[] = {128, 256, 384, 512, 640};
@@ -455,7 +503,9 @@ static void test_random_shapes(uint64_t *rng, cudaStream_t stream)
         moe_ep_wire_t wire = (moe_ep_wire_t)(test_rand_u64(rng) % MOE_EP_WIRE_COUNT_);
         char name[96];
         snprintf(name, sizeof name, "E %d K %d H %d I %d R %d T<=%d %s", E, K, H, I, R, T_max, route_name(route));
-        versus_reference(name, &f, make_spec(path, wire, R, T_max), &sp, &d, stream);
+        spec_t spec = make_spec(path, wire, R, T_max);
+        versus_reference(name, &f, spec, &sp, &d, stream);
+        random_knobs_same_bytes(name, &f, spec, &sp, &d, rng, stream);
         dev_free(&d);
         fixture_free(&f);
     }
@@ -819,22 +869,14 @@ static void knob_forward(const fixture_t *f, const spec_t *s, const split_t *sp,
     free_layer(g, l);
 }
 
-/* Explicit knobs {16,1} {64,1} {16,2} {64,2} (and {128, 1}, the HGMMA tile,
- * on bf16; the quantized paths with the wgmma shapes run only one tile kind:
- * the register tile, 128, 64, 32 or 16 rows (fp16 HGMMA; FP8-BLOCK with
- * fp8_fast_accum QGMMA), and have nothing to tune), then
- * autotuning (into a temporary knob cache), then the cache, give the same
- * bytes. */
+/* Every explicit knob set (valid_knob_sets), then autotuning (into a
+ * temporary knob cache), then the cache, give the same bytes. */
 static void knobs_same_bytes(const fixture_t *f, spec_t s, const split_t *sp, const dbuf_t *d,
                              cudaStream_t stream, uint16_t *base, uint16_t *out)
 {
-    static const int all[5][2] = {{16, 1}, {64, 1}, {16, 2}, {64, 2}, {128, 1}},
-                     rs[6][2] = {{16, 1}, {32, 1}, {64, 1}, {128, 1}, {64, 2}, {128, 2}};
     char label[96];
-    int wg_shapes = f->H % 256 == 0 && f->I % 128 == 0;
-    int one_tile = s.path != MOE_EP_PATH_BF16 && wg_shapes; /* the quantized paths: the register tile (fp8_fast_accum: its QGMMA instances) */
-    const int(*sets)[2] = one_tile ? rs : all;
-    int n_sets = one_tile ? 6 : s.path == MOE_EP_PATH_BF16 && wg_shapes ? 5 : 4;
+    const int(*sets)[2];
+    int one_tile, n_sets = valid_knob_sets(f, s.path, &sets, &one_tile);
     moe_ep_knob_source_t tuned = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_AUTOTUNED,
                          cached = one_tile ? MOE_EP_KNOBS_HEURISTIC : MOE_EP_KNOBS_CACHE;
     for (int i = 0; i < n_sets; i++) {
