@@ -50,9 +50,9 @@
 #   copy of the tree (/tmp, built in build-mx/: moe_ep_M2's code), test_tiles and test_split (split, mega).
 # `dev/next_session.sh asan` (~4 min; carry build-asan-carry, not build-carry): the GPU backends'
 #   host code (split.c, mega.c, knobs, the NCCL group of one) under AddressSanitizer and UBSan:
-#   build-asan-carry/test_{split,nccl,tiles}.gz from cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo
+#   build-asan-carry/test_{split,nccl,tiles,fuzz_gpu}.gz from cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo
 #   -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" (and the same in
-#   CMAKE_EXE_LINKER_FLAGS), then cmake --build build-asan --target test_split test_nccl test_tiles; gzip.
+#   CMAKE_EXE_LINKER_FLAGS), then cmake --build build-asan --target test_split test_nccl test_tiles test_fuzz_gpu; gzip.
 #   The CPU build ran clean (design.md, the reference backend); the GPU backends' host code never ran so.
 # `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
 #   and W4A8, both geometries, T = 8, 64, 512, 8192; and moe_ep_M2 (with
@@ -91,7 +91,8 @@ if [ "${1:-}" = mxtest ]; then
 fi
 if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan / UBSan with a GPU
   export ASAN_OPTIONS=protect_shadow_gap=0:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$PWD/dev/lsan_cuda.supp
-  for b in test_split test_nccl test_tiles; do carried build-asan-carry/$b || exit 1; done
+  for b in test_split test_nccl test_tiles test_fuzz_gpu; do carried build-asan-carry/$b || exit 1; done
+  timeout 200 build-asan-carry/test_fuzz_gpu > $O/asan_fuzz_gpu.log 2>&1; echo "asan test_fuzz_gpu rc=$? $(tail -1 $O/asan_fuzz_gpu.log)"
   MOE_EP_TEST_QUICK=1 MOE_EP_TEST_BACKENDS=split,mega timeout 300 build-asan-carry/test_split > $O/asan_split.log 2>&1
   echo "asan test_split (split, mega; quick) rc=$? $(tail -1 $O/asan_split.log)"
   timeout 120 build-asan-carry/test_nccl > $O/asan_nccl.log 2>&1; echo "asan test_nccl rc=$? $(tail -1 $O/asan_nccl.log)"

@@ -43,6 +43,20 @@ void fixture_free(fixture_t *f)
     free(f->weights);
 }
 
+moe_ep_forward_args_t fixture_args(fixture_ptrs_t *p, const fixture_t *f, int R, const int *first,
+                                   const int32_t *nt, const uint16_t *x, const int32_t *ids, const float *wt,
+                                   uint16_t *out)
+{
+    for (int r = 0; r < R && r < FIXTURE_MAX_RANKS; r++) {
+        size_t t = (size_t)first[r];
+        p->x[r] = x + t * f->H, p->out[r] = out ? out + t * f->H : NULL;
+        p->ids[r] = ids + t * f->K, p->wt[r] = wt + t * f->K;
+    }
+    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
+    a.num_tokens = nt, a.x = p->x, a.topk_ids = p->ids, a.topk_weights = p->wt, a.out = p->out;
+    return a;
+}
+
 moe_ep_status_t fixture_run(const fixture_t *f, int R, moe_ep_path_t path, moe_ep_wire_t wire,
                             uint16_t *out)
 {
@@ -60,20 +74,11 @@ moe_ep_status_t fixture_run(const fixture_t *f, int R, moe_ep_path_t path, moe_e
     moe_ep_expert_weights_t w = MOE_EP_EXPERT_WEIGHTS_INIT;
     w.first_expert = 0, w.num_experts = f->E, w.w13 = f->w13, w.w2 = f->w2;
     if (!st) st = moe_ep_layer_load_experts(l, &w, NULL);
-    const uint16_t *x[64];
-    const int32_t *ids[64];
-    const float *wt[64];
-    uint16_t *o[64];
-    int32_t nt[64];
-    for (int r = 0; r < R; r++) {
-        nt[r] = T;
-        x[r] = f->x + (size_t)r * T * f->H;
-        ids[r] = f->ids + (size_t)r * T * f->K;
-        wt[r] = f->weights + (size_t)r * T * f->K;
-        o[r] = out + (size_t)r * T * f->H;
-    }
-    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
-    a.num_tokens = nt, a.x = x, a.topk_ids = ids, a.topk_weights = wt, a.out = o;
+    int32_t nt[FIXTURE_MAX_RANKS];
+    int first[FIXTURE_MAX_RANKS];
+    for (int r = 0; r < R && r < FIXTURE_MAX_RANKS; r++) nt[r] = T, first[r] = r * T;
+    fixture_ptrs_t p;
+    moe_ep_forward_args_t a = fixture_args(&p, f, R, first, nt, f->x, f->ids, f->weights, out);
     if (!st) st = moe_ep_layer_forward(l, &a, NULL);
     moe_ep_layer_destroy(l);
     moe_ep_group_destroy(g);

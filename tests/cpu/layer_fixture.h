@@ -23,6 +23,23 @@ void fixture_init(fixture_t *f, int E, int K, int H, int I, int total_tokens, ro
                   uint64_t *rng);
 void fixture_free(fixture_t *f);
 
+#define FIXTURE_MAX_RANKS 64
+
+/* Per-rank pointers of one forward (the arrays moe_ep_forward_args_t points at). */
+typedef struct {
+    const uint16_t *x[FIXTURE_MAX_RANKS];
+    const int32_t *ids[FIXTURE_MAX_RANKS];
+    const float *wt[FIXTURE_MAX_RANKS];
+    uint16_t *out[FIXTURE_MAX_RANKS];
+} fixture_ptrs_t;
+
+/* Forward arguments of R ranks over base arrays laid out like the fixture
+ * (host or device memory): rank r's nt[r] tokens start at fixture token
+ * first[r]. out may be NULL (calibration). */
+moe_ep_forward_args_t fixture_args(fixture_ptrs_t *p, const fixture_t *f, int R, const int *first,
+                                   const int32_t *nt, const uint16_t *x, const int32_t *ids, const float *wt,
+                                   uint16_t *out);
+
 /* Creates a reference layer on an emulated CPU group of R ranks, loads the bf16
  * checkpoint, and runs forward with the tokens split evenly over the ranks.
  * out: [total_tokens][H]. Returns the status of the first failing call. */

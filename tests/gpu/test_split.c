@@ -170,26 +170,14 @@ static void free_layer(moe_ep_group_t g, moe_ep_layer_t l)
     moe_ep_group_destroy(g);
 }
 
-typedef struct {
-    const uint16_t *x[MAX_RANKS];
-    const int32_t *ids[MAX_RANKS];
-    const float *wt[MAX_RANKS];
-    uint16_t *out[MAX_RANKS];
-} ptrs_t;
+typedef fixture_ptrs_t ptrs_t;
 
 /* Forward arguments over base arrays laid out like the fixture (host or device). */
 static moe_ep_forward_args_t make_args(ptrs_t *p, const fixture_t *f, const split_t *sp,
                                        const uint16_t *x, const int32_t *ids, const float *wt,
                                        uint16_t *out)
 {
-    for (int r = 0; r < sp->R; r++) {
-        size_t t = (size_t)sp->first[r];
-        p->x[r] = x + t * f->H, p->out[r] = out ? out + t * f->H : NULL;
-        p->ids[r] = ids + t * f->K, p->wt[r] = wt + t * f->K;
-    }
-    moe_ep_forward_args_t a = MOE_EP_FORWARD_ARGS_INIT;
-    a.num_tokens = sp->nt, a.x = p->x, a.topk_ids = p->ids, a.topk_weights = p->wt, a.out = p->out;
-    return a;
+    return fixture_args(p, f, sp->R, sp->first, sp->nt, x, ids, wt, out);
 }
 
 /* NVFP4: activation scales calibrated on the reference layer over every token. */
