@@ -311,7 +311,8 @@ MOE_EP_API moe_ep_status_t moe_ep_layer_load_experts(moe_ep_layer_t layer,
  *   out[r]          [T_r][H] bf16; tokens with every slot -1 get zeros
  * T_r = num_tokens[r] (host), or, when num_tokens_device is set, read on the
  * device from num_tokens_device[r] (int32) at run time, so that one captured
- * CUDA graph serves every batch size <= max_tokens_per_rank.
+ * CUDA graph serves every batch size <= max_tokens_per_rank; then every
+ * rank's four arrays must be given (non-NULL), since any count may be > 0.
  */
 typedef struct moe_ep_forward_args {
     size_t size;

@@ -2,7 +2,7 @@
  * device 0) and random sequences of calls on them: good forwards with host or
  * device token counts, graph replays, device-side bad ids and bad counts
  * (async INVALID_ARGUMENT, outputs untouched, the layer working again after a
- * reset), host-side bad counts. Configs mix small geometries with edge values
+ * reset), host-side bad counts, a NULL array with device counts. Configs mix small geometries with edge values
  * of the GPU fields (num_sms, explicit knobs valid or not, fp8_fast_accum,
  * weights from host or device memory). A good forward must agree with the CPU
  * reference within a loose bound (precision is test_split's; this looks for
@@ -296,7 +296,7 @@ static void iteration(uint64_t *rng, cudaStream_t s, int it)
     EXPECT(st == MOE_EP_SUCCESS, "%s: reference: %s", name, errmsg());
     int calls = 2 + (int)pick(rng, 5);
     for (int i = 0; i < calls && !st; i++) {
-        int kind = (int)pick(rng, 6);
+        int kind = (int)pick(rng, 7);
         moe_ep_status_t async = MOE_EP_SUCCESS, fs = MOE_EP_SUCCESS;
         if (kind <= FWD_GRAPH) { /* good: host counts, device counts, a graph replay */
             fs = forward(g, l, &cs, cs.nt, kind, s, got, &async);
@@ -305,13 +305,22 @@ static void iteration(uint64_t *rng, cudaStream_t s, int it)
             if (!fs && !async) compare(&cs, got, want, name);
         } else if (kind == 3 || kind == 4) {
             bad_on_device(g, l, &cs, kind == 4, rng, s, got, name);
-        } else { /* a bad host count: refused at once, nothing enqueued */
+        } else if (kind == 5) { /* a bad host count: refused at once, nothing enqueued */
             int32_t nt[MAX_RANKS];
             memcpy(nt, cs.nt, sizeof nt);
             nt[pick(rng, (uint32_t)R)] = chance(rng, 50) ? -1 : cs.T_max + 1;
             fs = forward(g, l, &cs, nt, FWD_HOST, s, got, &async);
             EXPECT(fs == MOE_EP_ERROR_INVALID_ARGUMENT && async == MOE_EP_SUCCESS && all_poison(got, cs.out_bytes),
                    "%s: bad host count: %s / %s", name, moe_ep_status_string(fs), moe_ep_status_string(async));
+        } else { /* device counts with one rank's array NULL: refused at once (any count may be > 0) */
+            ptrs_t p;
+            moe_ep_forward_args_t a = args_of(&p, &cs, NULL, cs.x, cs.ids, cs.wt, cs.out);
+            a.num_tokens_device = cs.nt_dev;
+            int r = (int)pick(rng, (uint32_t)R);
+            p.x[r] = NULL;
+            fs = moe_ep_layer_forward(l, &a, (moe_ep_stream_t)s);
+            EXPECT(fs == MOE_EP_ERROR_INVALID_ARGUMENT, "%s: device counts, rank %d's x NULL: %s", name, r,
+                   moe_ep_status_string(fs));
         }
     }
     printf("  %s: %d calls\n", name, calls);
