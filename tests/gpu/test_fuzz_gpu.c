@@ -6,8 +6,8 @@
  * of the GPU fields (num_sms, explicit knobs valid or not, fp8_fast_accum,
  * weights from host or device memory). A good forward must agree with the CPU
  * reference within a loose bound (precision is test_split's; this looks for
- * wrong rows, crashes and hangs), and device memory must come back to where it
- * was once every layer is gone.
+ * wrong rows, crashes and hangs); a layer's device memory must stay within
+ * what moe_ep_layer_memory_size said, and come back once every layer is gone.
  *
  * MOE_EP_FUZZ_ITERS (default 40; MOE_EP_TEST_QUICK: 12), MOE_EP_TEST_SEED.
  * Exits 77 (skipped) when no CUDA device is usable. */
@@ -278,17 +278,21 @@ static void iteration(uint64_t *rng, cudaStream_t s, int it)
     moe_ep_group_t g = NULL;
     moe_ep_layer_t l = NULL;
     EXPECT(moe_ep_group_create_emulated(R, 0, &g) == MOE_EP_SUCCESS, "%s: group: %s", name, errmsg());
-    moe_ep_status_t st = moe_ep_layer_create(g, &c, &l);
+    case_t cs;
+    case_init(&cs, &c, R, rng);
+    size_t reported = 0, free_before = 0, free_after = 0, total = 0;
+    moe_ep_status_t st = moe_ep_layer_memory_size(g, &c, &reported, NULL);
+    CK(cudaMemGetInfo(&free_before, &total));
+    if (!st) st = moe_ep_layer_create(g, &c, &l);
     if (st != MOE_EP_SUCCESS) { /* refused: a bad knob, or mega's hidden % 256 */
         EXPECT(st == MOE_EP_ERROR_INVALID_ARGUMENT || st == MOE_EP_ERROR_UNSUPPORTED, "%s: create: %s (%s)", name,
                moe_ep_status_string(st), errmsg());
         EXPECT(c.knobs || (c.backend == MOE_EP_BACKEND_MEGA && c.hidden % 256), "%s: refused: %s", name, errmsg());
         printf("  %s: refused (%s)\n", name, errmsg());
+        case_free(&cs);
         moe_ep_group_destroy(g);
         return;
     }
-    case_t cs;
-    case_init(&cs, &c, R, rng);
     uint16_t *want = malloc(cs.out_bytes), *got = malloc(cs.out_bytes);
     st = load(l, &cs, chance(rng, 50), s);
     EXPECT(st == MOE_EP_SUCCESS, "%s: load: %s", name, errmsg());
@@ -323,7 +327,14 @@ static void iteration(uint64_t *rng, cudaStream_t s, int it)
                    moe_ep_status_string(fs));
         }
     }
-    printf("  %s: %d calls\n", name, calls);
+    /* The layer's device memory after its calls, within what moe_ep_layer_memory_size said (the
+     * slack: allocation granularity). */
+    CK(cudaMemGetInfo(&free_after, &total));
+    size_t used = free_before > free_after ? free_before - free_after : 0;
+    EXPECT(used <= reported + reported / 10 + (32u << 20), "%s: the layer took %.1f MiB, memory_size said %.1f MiB",
+           name, used / 1048576.0, reported / 1048576.0);
+    printf("  %s: %d calls; device memory %.1f MiB (memory_size %.1f MiB)\n", name, calls, used / 1048576.0,
+           reported / 1048576.0);
     free(want), free(got);
     case_free(&cs);
     EXPECT(moe_ep_layer_destroy(l) == MOE_EP_SUCCESS, "%s: layer_destroy: %s", name, errmsg());
