@@ -124,23 +124,18 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--backends") == 0) return parse_backends(o, v);
     if (strcmp(k, "--wire") == 0)
         return slice_parse_wire(v, &o->wire);
-    if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
-    if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
+    if (strcmp(k, "--iters") == 0) return slice_parse_int(v, 1, 1000000, &o->iters);
+    if (strcmp(k, "--warmup") == 0) return slice_parse_int(v, 0, 1000000, &o->warmup);
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
-    if (strcmp(k, "--sustain-ms") == 0) { /* a whole number of ms, 0 .. 600000 */
-        char *end = NULL;
-        const long ms = strtol(v, &end, 10);
-        if (end == v || *end || ms < 0 || ms > 600000) return -1;
-        return (o->sustain_ms = (int)ms), 0;
-    }
+    if (strcmp(k, "--sustain-ms") == 0) return slice_parse_int(v, 0, 600000, &o->sustain_ms);
     if (strcmp(k, "--flush") == 0) {
         o->flush_by_memset = strcmp(v, "memset") == 0;
         return o->flush_by_memset || strcmp(v, "read") == 0 ? 0 : -1;
     }
-    if (strcmp(k, "--ranks") == 0) return (o->ranks = atoi(v)) >= 1 && o->ranks <= SLICE_MAX_RANKS ? 0 : -1;
+    if (strcmp(k, "--ranks") == 0) return slice_parse_int(v, 1, SLICE_MAX_RANKS, &o->ranks);
     if (strcmp(k, "--tile-rows") == 0) {
-        o->tile_rows = atoi(v);
-        return o->tile_rows == 16 || o->tile_rows == 32 || o->tile_rows == 64 || o->tile_rows == 128 ? 0 : -1;
+        int r = slice_parse_int(v, 16, 128, &o->tile_rows);
+        return !r && (o->tile_rows == 16 || o->tile_rows == 32 || o->tile_rows == 64 || o->tile_rows == 128) ? 0 : -1;
     }
     return -2;
 }

@@ -1,7 +1,9 @@
 #include "run.h"
 
+#include "slice.h"
 #include "synth.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +283,17 @@ static void usage_run(const char *cmd)
     geometry_list();
 }
 
+/* A seed: a whole number (decimal, 0x hex or 0 octal), all of v. */
+static int parse_seed(const char *v, uint64_t *seed)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (end == v || *end || errno || *v == '-') return -1;
+    *seed = x;
+    return 0;
+}
+
 /* Parses the options shared by run and accuracy; returns 0, or 1 to stop (help/error). */
 static int parse_opts(int argc, char **argv, run_opts_t *o, const char *cmd)
 {
@@ -289,16 +302,18 @@ static int parse_opts(int argc, char **argv, run_opts_t *o, const char *cmd)
         if (strcmp(k, "-h") == 0 || strcmp(k, "--help") == 0) return usage_run(cmd), 1;
         if (!v) return fprintf(stderr, "moe_ep %s: %s needs a value\n", cmd, k), 1;
         i++;
+        int bad = 0;
         if (strcmp(k, "--geometry") == 0) o->geometry = geometry_find(v);
-        else if (strcmp(k, "--ranks") == 0) o->ranks = atoi(v);
-        else if (strcmp(k, "--tokens") == 0) o->tokens_per_rank = atoi(v);
-        else if (strcmp(k, "--threads") == 0) o->threads = atoi(v);
-        else if (strcmp(k, "--check") == 0) o->check_tokens = atoi(v);
-        else if (strcmp(k, "--seed") == 0) o->seed = strtoull(v, NULL, 0);
+        else if (strcmp(k, "--ranks") == 0) bad = slice_parse_int(v, 1, 1024, &o->ranks);
+        else if (strcmp(k, "--tokens") == 0) bad = slice_parse_int(v, 1, 1 << 20, &o->tokens_per_rank);
+        else if (strcmp(k, "--threads") == 0) bad = slice_parse_int(v, 0, 4096, &o->threads);
+        else if (strcmp(k, "--check") == 0) bad = slice_parse_int(v, 0, 1 << 20, &o->check_tokens);
+        else if (strcmp(k, "--seed") == 0) bad = parse_seed(v, &o->seed);
         else if (strcmp(k, "--path") == 0) o->path = (moe_ep_path_t)parse_enum(v, path_name, MOE_EP_PATH_COUNT_);
         else if (strcmp(k, "--wire") == 0) o->wire = (moe_ep_wire_t)parse_enum(v, wire_name, MOE_EP_WIRE_COUNT_);
         else if (strcmp(k, "--backend") == 0) o->backend = (moe_ep_backend_t)parse_enum(v, backend_name, MOE_EP_BACKEND_COUNT_);
         else return fprintf(stderr, "moe_ep %s: unknown option %s\n", cmd, k), 1;
+        if (bad) return fprintf(stderr, "moe_ep %s: bad value %s for %s\n", cmd, v, k), 1;
         if (!o->geometry) return fprintf(stderr, "moe_ep %s: unknown geometry %s\n", cmd, v), 1;
         if ((int)o->path < 0 || (int)o->wire < 0 || (int)o->backend < 0)
             return fprintf(stderr, "moe_ep %s: unknown value %s for %s\n", cmd, v, k), 1;

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "slice.h"
 
+#include <errno.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +42,22 @@ const char *slice_path_str(int i) { return moe_ep_path_name((moe_ep_path_t)i); }
 const char *slice_wire_str(int i) { return moe_ep_wire_name((moe_ep_wire_t)i); }
 const char *slice_backend_str(int i) { return moe_ep_backend_name((moe_ep_backend_t)i); }
 
+int slice_parse_int(const char *v, int lo, int hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi) return -1;
+    *out = (int)x;
+    return 0;
+}
+
 int slice_parse_tokens(const char *v, int *tokens)
 {
     char items[SLICE_MAX_LIST][32];
     int n = slice_split_list(v, items, SLICE_MAX_LIST);
     for (int i = 0; i < n; i++)
-        if ((tokens[i] = atoi(items[i])) < 1) return -1;
+        if (slice_parse_int(items[i], 1, 1 << 20, &tokens[i])) return -1;
     return n > 0 ? n : -1;
 }
 

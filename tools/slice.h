@@ -24,6 +24,8 @@ int slice_name_index(const char *s, const char *(*name)(int), int count);
 const char *slice_path_str(int i);
 const char *slice_wire_str(int i);
 const char *slice_backend_str(int i);
+/* A whole decimal number in [lo, hi] (all of v), into *out: 0, or -1 (nothing written). */
+int slice_parse_int(const char *v, int lo, int hi, int *out);
 /* "8,64,512": positive token counts, at most SLICE_MAX_LIST. */
 int slice_parse_tokens(const char *v, int *tokens);
 /* "all" or a list of path names. */

@@ -71,8 +71,8 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--tokens") == 0) return (o->ntok = slice_parse_tokens(v, o->tokens)) > 0 ? 0 : -1;
     if (strcmp(k, "--paths") == 0) return (o->npath = slice_parse_paths(v, o->paths)) > 0 ? 0 : -1;
     if (strcmp(k, "--wire") == 0) return slice_parse_wire(v, &o->wire);
-    if (strcmp(k, "--iters") == 0) return (o->iters = atoi(v)) >= 1 ? 0 : -1;
-    if (strcmp(k, "--warmup") == 0) return (o->warmup = atoi(v)) >= 0 ? 0 : -1;
+    if (strcmp(k, "--iters") == 0) return slice_parse_int(v, 1, 1000000, &o->iters);
+    if (strcmp(k, "--warmup") == 0) return slice_parse_int(v, 0, 1000000, &o->warmup);
     if (strcmp(k, "--backend") == 0) {
         int b = slice_name_index(v, slice_backend_str, MOE_EP_BACKEND_COUNT_);
         return b > 0 ? (o->backend = (moe_ep_backend_t)b, 0) : -1; /* GPU backends only */
