@@ -54,6 +54,9 @@
 #   -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" (and the same in
 #   CMAKE_EXE_LINKER_FLAGS), then cmake --build build-asan --target test_split test_nccl test_tiles test_fuzz_gpu; gzip.
 #   The CPU build ran clean (design.md, the reference backend); the GPU backends' host code never ran so.
+#   It is also the first run of the forty-seventh session's GPU tests (test_fuzz_gpu; test_split's
+#   random shapes and knobs): run it early, so that a wrong expectation in them is fixed in the same
+#   session. Suggested order: asan, plain, ab, mxtest, mxab, mx; then the suite (scripts/device.sh).
 # `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
 #   and W4A8, both geometries, T = 8, 64, 512, 8192; and moe_ep_M2 (with
 #   dev/drafts/rs_tile_mx_paired32.patch too: MXFP8's 32-row mega instance paired). Merge only if
