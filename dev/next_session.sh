@@ -56,7 +56,9 @@
 #   The CPU build ran clean (design.md, the reference backend); the GPU backends' host code never ran so.
 #   It is also the first run of the forty-seventh session's GPU tests (test_fuzz_gpu; test_split's
 #   random shapes and knobs): run it early, so that a wrong expectation in them is fixed in the same
-#   session. Suggested order: asan, plain, ab, mxtest, mxab, mx; then the suite (scripts/device.sh).
+#   session. Suggested order within 30 min of device time (~80 s to start): asan (~4 min), ab (~5),
+#   mxtest (~7), mxab (~5), then the suite (scripts/device.sh, ~8) if a draft merged or a test
+#   changed; the diagnostics (plain call, mx) only with time left.
 # `dev/next_session.sh mxab` (~5 min): mega and split fwd of moe_ep_M (the draft) against A, MXFP8
 #   and W4A8, both geometries, T = 8, 64, 512, 8192; and moe_ep_M2 (with
 #   dev/drafts/rs_tile_mx_paired32.patch too: MXFP8's 32-row mega instance paired). Merge only if
