@@ -968,6 +968,90 @@ static void test_large(uint64_t *rng, cudaStream_t stream)
     fixture_free(&f);
 }
 
+/* A fixture of R x T tokens too large for fixture_init's normal draws: x
+ * uniform in (-2, 2) from an xorshift, uniform routing over E experts. */
+static void large_fixture(fixture_t *f, int E, int K, int H, int I, int tokens, uint64_t *rng)
+{
+    fixture_init(f, E, K, H, I, 1, ROUTE_UNIFORM, rng); /* the weights */
+    free(f->x), free(f->ids), free(f->weights);
+    size_t n = (size_t)tokens;
+    f->total_tokens = tokens;
+    f->x = xmalloc(n * H * 2), f->ids = xmalloc(n * K * 4), f->weights = xmalloc(n * K * 4);
+    uint64_t z = test_rand_u64(rng) | 1;
+    for (size_t i = 0; i < n * H; i++) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        float v = (float)((int64_t)(z >> 40) - (1 << 23)) / (float)(1 << 22); /* (-2, 2) */
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        f->x[i] = (uint16_t)(u >> 16);
+    }
+    for (size_t i = 0; i < n * K; i++)
+        f->ids[i] = (int32_t)(test_rand_u64(rng) % (uint64_t)E), f->weights[i] = (float)test_rand_uniform(rng);
+}
+
+/* Rows at byte offsets past 2^32 (int32 offsets would wrap): 8 ranks of 8192
+ * tokens, top-6, H 7168 (ds-v4-pro's), so 393 216 expert rows of 14 KB in
+ * bf16 (5.6 GB), I 128 to keep the GEMMs small; 48 tokens spread over every
+ * rank (the last token included) against the reference run on them alone
+ * (a token's output does not depend on the others). Needs ~40 GB free. */
+static void test_large_offsets(uint64_t *rng, cudaStream_t stream)
+{
+    enum { R = 8, T = 8192, K = 6, H = 7168, I = 128, E = 8, SAMPLES = 48 };
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (quick() || free_b < ((size_t)40 << 30)) {
+        printf("large offsets: skipped (%s)\n", quick() ? "MOE_EP_TEST_QUICK" : "less than 40 GB free");
+        return;
+    }
+    printf("large offsets (E %d, K %d, H %d, I %d, R %d, T %d: %d rows)\n", E, K, H, I, R, T, R * T * K);
+    fixture_t f, sub;
+    large_fixture(&f, E, K, H, I, R * T, rng);
+    dbuf_t d;
+    dev_init(&d, &f);
+    split_t sp = split_strided(R, T, T);
+    sub = f; /* the same weights; the sampled tokens' inputs */
+    sub.total_tokens = SAMPLES;
+    sub.x = xmalloc((size_t)SAMPLES * H * 2), sub.ids = xmalloc(SAMPLES * K * 4), sub.weights = xmalloc(SAMPLES * K * 4);
+    int tok[SAMPLES];
+    for (int j = 0; j < SAMPLES; j++) {
+        tok[j] = R * T - 1 - j * (R * T / SAMPLES);
+        memcpy(sub.x + (size_t)j * H, f.x + (size_t)tok[j] * H, H * 2);
+        memcpy(sub.ids + j * K, f.ids + (size_t)tok[j] * K, K * 4);
+        memcpy(sub.weights + j * K, f.weights + (size_t)tok[j] * K, K * 4);
+    }
+    split_t one = split_strided(1, SAMPLES, 0);
+    uint16_t *got = xmalloc(d.out_bytes), *want = xmalloc((size_t)SAMPLES * H * 2);
+    static const moe_ep_path_t paths[] = {MOE_EP_PATH_BF16, MOE_EP_PATH_MXFP8};
+    for (int p = 0; p < 2; p++) {
+        spec_t s = make_spec(paths[p], MOE_EP_WIRE_BF16, 1, SAMPLES);
+        moe_ep_status_t st = ref_forward(&sub, &s, &one, want);
+        EXPECT(st == MOE_EP_SUCCESS, "large offsets: reference: %s", errmsg());
+        for (int b = 0; b < num_backends && !st; b++) {
+            spec_t g = make_spec(paths[p], MOE_EP_WIRE_BF16, R, T);
+            g.backend = backends[b];
+            moe_ep_status_t gs = gpu_run(&f, &g, &sp, &d, stream, 1, got);
+            EXPECT(gs == MOE_EP_SUCCESS, "large offsets %s %s: %s", moe_ep_backend_name(g.backend),
+                   moe_ep_path_name(g.path), errmsg());
+            if (gs) continue;
+            double num = 0, den = 0;
+            for (int j = 0; j < SAMPLES; j++)
+                for (int h = 0; h < H; h++) {
+                    double a = moe_ep_bf16_to_f32(got[(size_t)tok[j] * H + h]), w = moe_ep_bf16_to_f32(want[(size_t)j * H + h]);
+                    num += (a - w) * (a - w), den += w * w;
+                }
+            double err = den > 0 ? sqrt(num / den) : sqrt(num);
+            printf("  %s %s/bf16: %d sampled tokens (the last %d), rel L2 %.3e\n", moe_ep_backend_name(g.backend),
+                   moe_ep_path_name(g.path), SAMPLES, tok[0], err);
+            EXPECT(err <= tolerance(g.path, g.wire), "large offsets %s %s: rel L2 %.3e (NaN: a wrong row)",
+                   moe_ep_backend_name(g.backend), moe_ep_path_name(g.path), err);
+        }
+    }
+    free(got), free(want);
+    free(sub.x), free(sub.ids), free(sub.weights);
+    dev_free(&d);
+    fixture_free(&f);
+}
+
 /* Case p of PATH_WIRE_CASES: every path on the bf16 wire, then MXFP8 on the
  * MXFP8 and FP4 wires. */
 enum { PATH_WIRE_CASES = MOE_EP_PATH_COUNT_ + 2 };
@@ -1221,6 +1305,7 @@ int main(void)
     test_device_weights(&rng, stream);
     test_knobs(&rng, stream);
     test_large(&rng, stream);
+    test_large_offsets(&rng, stream);
     test_unaligned(&rng, stream);
     test_staged_rings(&rng, stream);
     test_wgmma_tile(&rng, stream);
