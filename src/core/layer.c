@@ -256,19 +256,17 @@ static moe_ep_status_t check_forward(moe_ep_layer_t l, const moe_ep_forward_args
         MOE_EP_REQUIRE(a->num_tokens != NULL && a->num_tokens_device == NULL,
                        "the reference backend takes num_tokens on the host");
     int nr = l->group->local_ranks;
-    for (int r = 0; r < nr && a->num_tokens_device; r++) /* counts unknown here: any may be > 0 */
-        MOE_EP_REQUIRE(a->x[r] && a->topk_ids[r] && a->topk_weights[r] && (!need_out || a->out[r]),
-                       "rank %d: NULL x, topk_ids, topk_weights or out: with num_tokens_device every rank's "
-                       "arrays must be given (its count is read on the device)", l->group->first_rank + r);
-    for (int r = 0; r < nr && a->num_tokens; r++) {
-        int t = a->num_tokens[r];
-        MOE_EP_REQUIRE(t >= 0 && t <= l->cfg.max_tokens_per_rank,
-                       "rank %d: num_tokens %d not in [0, max_tokens_per_rank %d]",
-                       l->group->first_rank + r, t, l->cfg.max_tokens_per_rank);
-        if (t > 0)
+    for (int r = 0; r < nr; r++) {
+        int t = a->num_tokens ? a->num_tokens[r] : 0;
+        if (a->num_tokens)
+            MOE_EP_REQUIRE(t >= 0 && t <= l->cfg.max_tokens_per_rank,
+                           "rank %d: num_tokens %d not in [0, max_tokens_per_rank %d]",
+                           l->group->first_rank + r, t, l->cfg.max_tokens_per_rank);
+        if (t > 0 || a->num_tokens_device) /* device counts: unknown here, any may be > 0 */
             MOE_EP_REQUIRE(a->x[r] && a->topk_ids[r] && a->topk_weights[r] && (!need_out || a->out[r]),
-                           "rank %d: NULL x, topk_ids, topk_weights or out with %d tokens",
-                           l->group->first_rank + r, t);
+                           "rank %d: NULL x, topk_ids, topk_weights or out with %s", l->group->first_rank + r,
+                           a->num_tokens_device ? "num_tokens_device (every rank's arrays must be given)"
+                                                : "tokens");
     }
     return MOE_EP_SUCCESS;
 }

@@ -15,6 +15,8 @@
 #include "layer_fixture.h"
 #include "test_util.h"
 
+#include "formats/codec.h"
+
 #include <cuda_runtime_api.h>
 
 #include <math.h>
@@ -33,14 +35,6 @@
 static uint32_t pick(uint64_t *rng, uint32_t n) { return (uint32_t)(test_rand_u64(rng) % n); }
 static int chance(uint64_t *rng, int percent) { return (int)pick(rng, 100) < percent; }
 static const char *errmsg(void) { return moe_ep_last_error(); }
-
-static float bf16_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 typedef struct {
     int R, T_max;
@@ -182,7 +176,7 @@ static void compare(const case_t *cs, const uint16_t *got, const uint16_t *want,
                     outside += got[i] != POISON;
                     continue;
                 }
-                float g = bf16_f32(got[i]), w = bf16_f32(want[i]);
+                float g = moe_ep_bf16_to_f32(got[i]), w = moe_ep_bf16_to_f32(want[i]);
                 nans += isnan(g) != 0;
                 num += ((double)g - w) * ((double)g - w), den += (double)w * w;
             }
