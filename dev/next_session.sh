@@ -6,9 +6,10 @@
 #    test_tiles and test_split (split, mega), quick. M + M2 passed so (forty-eighth session).
 # 2. `dev/next_session.sh mxab` (~3 min): mega and split fwd of A (main's kernels), M2 (M + M2,
 #    measured: T >= 512 -4-14 %, MXFP8 mega decode +4 %) and M3 (M + M2 + M3: the row
-#    references read by every widening thread, not one thread a row), MXFP8 and W4A8, both
-#    geometries, T = 8, 64, 512, 8192. Predicted: M3's MXFP8 mega decode back to A's (-4 % from
-#    M2) and T >= 512 as M2. Merge M + M2 + M3 if mxtest passes and M3 wins at decode; then the
+#    references read by every widening thread by 16-byte loads, not one thread a row word by word;
+#    at 128 rows after the first TMAs), MXFP8 and W4A8, both geometries, T = 8, 64, 512, 8192.
+#    Predicted: M3's MXFP8 mega decode back to A's (-4 % from M2), T >= 512 1-3 % under M2.
+#    Merge M + M2 + M3 if mxtest passes and M3 wins at decode; then the
 #    suite (scripts/device.sh test, ~7 min), since the sums' bits change.
 #    Open with M2 (docs/benchmarks.md, forty-eighth session): at T = 8192 split gains ~10 % and
 #    mega ~5 %, so mega falls behind split there (MXFP8 flash 5820 / 5564 us).
