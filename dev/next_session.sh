@@ -8,7 +8,8 @@
 #    measured: T >= 512 -4-14 %, MXFP8 mega decode +4 %) and M3 (M + M2 + M3: the row
 #    references read by every widening thread by 16-byte loads, not one thread a row word by word;
 #    at 128 rows after the first TMAs), MXFP8 and W4A8, both geometries, T = 8, 64, 512, 8192.
-#    Predicted: M3's MXFP8 mega decode back to A's (-4 % from M2), T >= 512 1-3 % under M2.
+#    Predicted: M3's MXFP8 mega decode back to A's (-4 % from M2), T >= 512 1-3 % under M2, and
+#    mega ahead of split again at 8192 (its done counters no longer wait for the prologue).
 #    Merge M + M2 + M3 if mxtest passes and M3 wins at decode; then the
 #    suite (scripts/device.sh test, ~7 min), since the sums' bits change.
 #    Open with M2 (docs/benchmarks.md, forty-eighth session): at T = 8192 split gains ~10 % and
