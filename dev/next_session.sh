@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Device plan (forty-eighth session). Calls, in order of value (carry build-carry unless said):
+# 0. `dev/next_session.sh mx3` (carry build-mx3 instead; ~3 min, no build on the device): steps 1
+#    and 2 in one call from binaries built on the CI machine (nvcc 13.0) from main + M + M2 + M3:
+#    build-mx3/test_tiles_M3.gz, test_split_M3.gz (full sizes, split and mega, large offsets
+#    included), moe_ep_M3.gz, and A / M2 beside it; the A/B only if both tests pass.
 # 1. `dev/next_session.sh mxtest` (~5 min): the MX drafts' correctness, all three applied to a copy
 #    of the tree (M dev/drafts/rs_tile_mx_one_sum.patch, M2 rs_tile_mx_paired32.patch, M3
 #    rs_tile_mx_row_refs.patch), built in build-mx/ (test targets only, 240 s with -j16):
@@ -68,6 +72,17 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   echo "asan test_tiles (quick) rc=$? $(tail -1 $O/asan_tiles.log)"
   grep -h -A12 -E "ERROR: (Address|Leak)Sanitizer|runtime error" $O/asan_*.log | head -60
   echo "asan $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = mx3 ]; then # carry build-mx3: M + M2 + M3's tests at full size, then the A/B
+  for b in test_tiles_M3 test_split_M3 moe_ep_A moe_ep_M2 moe_ep_M3; do carried build-mx3/$b || exit 1; done
+  timeout 200 build-mx3/test_tiles_M3 > $O/m3_tiles.log 2>&1; rc_t=$?; echo "test_tiles (M3) rc=$rc_t $(tail -1 $O/m3_tiles.log)"
+  MOE_EP_TEST_BACKENDS=split,mega timeout 300 build-mx3/test_split_M3 > $O/m3_split.log 2>&1; rc_s=$?
+  echo "test_split (M3; split, mega) rc=$rc_s $(tail -1 $O/m3_split.log)"; grep -h "large offsets" $O/m3_split.log | head -5
+  [ $rc_t -eq 0 ] && [ $rc_s -eq 0 ] || { grep -h -B2 -A4 FAIL $O/m3_*.log | head -40; exit 1; }
+  scripts/ab.sh 1 build-mx3/moe_ep_A build-mx3/moe_ep_M2 build-mx3/moe_ep_M3 -- --paths mxfp8,w4a8 --backends split,mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -40
+  echo "mx3 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = mxab ]; then
