@@ -3,7 +3,9 @@
 # 0. `dev/next_session.sh mx3` (carry build-mx3 instead; ~3 min, no build on the device): steps 1
 #    and 2 in one call from binaries built on the CI machine (nvcc 13.0) from main + M + M2 + M3:
 #    build-mx3/test_tiles_M3.gz, test_split_M3.gz (full sizes, split and mega, large offsets
-#    included), moe_ep_M3.gz, and A / M2 beside it; the A/B only if both tests pass.
+#    included), moe_ep_M3.gz, and A / M2 beside it; the A/B only if both tests pass. If M3 passes
+#    and wins: `git merge mx-one-sum` (the branch: main + M + M2 + M3, the drafts removed), record
+#    the table, then the suite on the merge (scripts/device.sh test).
 # 1. `dev/next_session.sh mxtest` (~5 min): the MX drafts' correctness, all three applied to a copy
 #    of the tree (M dev/drafts/rs_tile_mx_one_sum.patch, M2 rs_tile_mx_paired32.patch, M3
 #    rs_tile_mx_row_refs.patch), built in build-mx/ (test targets only, 240 s with -j16):
