@@ -76,21 +76,24 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   echo "asan $(( $(date +%s) - t0 )) s"
   exit 0
 fi
+# The MX A/B: A, M2 and M3's moe_ep (DIR/moe_ep_X.gz), MXFP8 and W4A8, split and mega, one round.
+mx_ab() {
+  for b in A M2 M3; do carried $1/moe_ep_$b || return 1; done
+  scripts/ab.sh 1 $1/moe_ep_A $1/moe_ep_M2 $1/moe_ep_M3 -- --paths mxfp8,w4a8 --backends split,mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -40
+}
 if [ "${1:-}" = mx3 ]; then # carry build-mx3: M + M2 + M3's tests at full size, then the A/B
-  for b in test_tiles_M3 test_split_M3 moe_ep_A moe_ep_M2 moe_ep_M3; do carried build-mx3/$b || exit 1; done
+  for b in test_tiles_M3 test_split_M3; do carried build-mx3/$b || exit 1; done
   timeout 200 build-mx3/test_tiles_M3 > $O/m3_tiles.log 2>&1; rc_t=$?; echo "test_tiles (M3) rc=$rc_t $(tail -1 $O/m3_tiles.log)"
   MOE_EP_TEST_BACKENDS=split,mega timeout 300 build-mx3/test_split_M3 > $O/m3_split.log 2>&1; rc_s=$?
   echo "test_split (M3; split, mega) rc=$rc_s $(tail -1 $O/m3_split.log)"; grep -h "large offsets" $O/m3_split.log | head -5
   [ $rc_t -eq 0 ] && [ $rc_s -eq 0 ] || { grep -h -B2 -A4 FAIL $O/m3_*.log | head -40; exit 1; }
-  scripts/ab.sh 1 build-mx3/moe_ep_A build-mx3/moe_ep_M2 build-mx3/moe_ep_M3 -- --paths mxfp8,w4a8 --backends split,mega \
-    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -40
+  mx_ab build-mx3
   echo "mx3 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = mxab ]; then
-  for b in A M2 M3; do carried build-carry/moe_ep_$b || exit 1; done
-  scripts/ab.sh 1 build-carry/moe_ep_A build-carry/moe_ep_M2 build-carry/moe_ep_M3 -- --paths mxfp8,w4a8 --backends split,mega \
-    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -40
+  mx_ab build-carry
   echo "mxab $(( $(date +%s) - t0 )) s"
   exit 0
 fi
