@@ -654,7 +654,7 @@ __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA, CT> &s, const g
  * atomicMax: with a thread a row, each chained up to 56 L2 round trips before
  * the first widening (the guess for MXFP8 mega decode's +4 % with one sum
  * over K, forty-eighth session; not measured yet). */
-template <int FMT, int BMA, int NT, typename S>
+template <int BMA, int NT, typename S>
 __device__ __forceinline__ void fr_row_refs(S &s, const gemm_args &g, int row0, int rows_valid, int t)
 {
     rows_valid = min(rows_valid, BMA);
@@ -737,7 +737,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
             if (kt == ahead - 1) HOOK::loads_issued();
         }
     if constexpr (FR_MX(FMT)) /* 2^ref_x for the sums' scaling, once */
-        fr_row_refs<FMT, BMA, FR_WIDEN_THREADS(BMA)>(s, g, row0, rows_valid, t);
+        fr_row_refs<BMA, FR_WIDEN_THREADS(BMA)>(s, g, row0, rows_valid, t);
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
     fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
