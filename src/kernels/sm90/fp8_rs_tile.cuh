@@ -38,15 +38,16 @@
  * warpgroup runs makes ptxas serialise them all (C7514); the other consumer
  * keeps the tensor cores busy meanwhile.
  *
- * MXFP8 (RS_MXFP8) runs the same loop: its UE8M0 scales are powers of two,
- * so within a 128-wide K block each 32-block's scale 2^b is split into the
- * block's largest 2^ref times 2^-(ref - b), and the second factor is folded
- * into the fp16 operand (an exponent shift: exact while ref - b <= 15, as an
- * E4M3 value's last bit is >= 2^-9 and fp16 reaches 2^-24; beyond that only
- * bits below 2^-24 of the largest block's scale are rounded away). The
- * promotion then multiplies by 2^ref_x * 2^ref_w per activation row and
- * weight row. A NaN scale (0xFF) is the largest byte, so ref gives NaN and
- * the 128-block's sums become NaN, as they do on the mma.sync tiles. These
+ * MXFP8 (RS_MXFP8) runs the same loop without promotions: its UE8M0 scales
+ * are powers of two, so each 32-block's scale 2^b is split into its row's
+ * largest over all of K, 2^ref, times 2^-(ref - b), and the second factor is
+ * folded into the fp16 operand (an exponent shift: exact while ref - b <= 15,
+ * as an E4M3 value's last bit is >= 2^-9 and fp16 reaches 2^-24; beyond that
+ * only bits below 2^-24 of the row's largest block are rounded away:
+ * dev/mx_fold_error.c). One fp32 sum runs over K (no partial sum), times
+ * 2^ref_x * 2^ref_w per activation row and weight row after the K loop. A
+ * NaN scale (0xFF) is the largest byte, so ref gives NaN and the row's sums
+ * become NaN, as they do on the mma.sync tiles. These
  * sums differ in rounding from the mma.sync tiles' per-32 promotion, so MXFP8
  * layers run this tile at every T (moe_ep_single_tile).
  *
@@ -103,9 +104,8 @@
 /* Registers per thread: the launch's (384 threads, one block per SM: 65536 /
  * 384 rounded down to 8; the kernels' __launch_bounds__ give it), moved from
  * the producer warpgroup to the consumers for the tile (setmaxnreg):
- * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. W4A8 at 128 rows 40 / 232: with
- * 56 / 224 its split kernel spilled once its GEMM2 outputs went through
- * epilogue_chunks; FP8-BLOCK's mega kernel spills with 40 / 232. */
+ * 2 x CONSUMER + PRODUCER = 3 x LAUNCH. At 128 rows FP8-BLOCK 56 / 224 (its
+ * mega kernel spills with 40 / 232), MXFP8 88 / 208, W4A8 and NVFP4 104 / 200. */
 #define FR_LAUNCH_REGS 168
 /* Paired instances: the register tile of at most FR_PAIR_MAX_ROWS activation
  * rows (decode batches) compiled for two blocks per SM (__launch_bounds__(384,
@@ -114,17 +114,20 @@
  * instruction latencies, not by memory (docs/benchmarks.md, "Decode on the
  * register tile"). Their ring (fr_smem<FMT, BMA, 2>): FR_RAW_PAIRED_OF raw and 2 fp16 stages
  * a block (72-104 KB, two blocks and mega's tables in 228 KB), weight words loaded at first use
- * (FR_AHEAD). MXFP8's 32-row instance spilled in its K loop at 80
- * registers: not paired. Split pairs only its 16-row instances (wgmma_gemm.cu:
+ * (FR_AHEAD). MXFP8's 32-row instance, which spilled in its K loop at 80
+ * registers while it held a partial sum, pairs since its one sum over K (no
+ * promotion). Split pairs only its 16-row instances (wgmma_gemm.cu:
  * its 32-row ones spilled at 80 registers and keep their ring, fr_smem's CT
  * 1). 0: none. */
 #ifndef FR_PAIR_MAX_ROWS
 #define FR_PAIR_MAX_ROWS 32
 #endif
-#define FR_PAIRED(FMT, BMA) ((BMA) <= FR_PAIR_MAX_ROWS && ((BMA) <= 16 || (FMT) != RS_MXFP8))
+#define FR_PAIRED(FMT, BMA) ((BMA) <= FR_PAIR_MAX_ROWS)
 #define FR_CTAS_OF(FMT, BMA) (FR_PAIRED(FMT, BMA) ? 2 : 1)
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 104 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 40 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) ? 200 : (FMT) == RS_W4A8 || (FMT) == RS_MXFP8 ? 232 : 224)
+/* MX and NVFP4 hold no partial sum (one sum over K, no promotion); MXFP8 at 128 rows 88 / 208
+ * (104 / 200 and 72 / 216 spilled 8 bytes in its mega kernel, 40 / 232 too with the row references). */
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
 
 /* RS_FP8_QG: FP8-BLOCK with config.fp8_fast_accum, the same tile with both
  * operands E4M3 in shared memory (SS QGMMA, no widening; see fr_block). */
@@ -573,9 +576,14 @@ __device__ __forceinline__ fr_stage_scales fr_load_scales(const gemm_args &g, in
     return r;
 }
 
+/* Where producer thread t keeps its ref_x for the tile: MX reads only sxw[cs][0] (the
+ * consumers' 2^ref_x), so sxw[0][1][t] is free; in a register the 128-row producers
+ * (56 / 40 registers) spilled. */
+#define FR_REF_X(s, t) (*(uint32_t *)&(s).sxw[0][1][t])
+
 /* Then, once stage cs is free, producer thread t stages its scales. MXFP8:
- * 2^ref_x and the four k32 multipliers of activation row t (0 past the valid
- * rows). */
+ * 2^ref_x and the four k32 multipliers of activation row t against its
+ * reference over K (fr_row_refs, FR_REF_X; 0 past the valid rows). */
 
 template <int FMT, int BMA, int CT>
 __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA, CT> &s, const fr_stage_scales &w, int rows_valid, int cs, int t)
@@ -584,8 +592,7 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA, CT> &s, const 
         if (t < BMA) fr_store_e4m3x8((uint16_t *)&s.am[cs][0][0] + t, BMA, t < rows_valid ? w.na : make_uint2(0, 0));
     } else if constexpr (FR_MX(FMT)) {
         if (t < BMA) {
-            uint32_t ref = fr_mx_ref(w.wa);
-            s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)ref) : 0.0f;
+            const uint32_t ref = FR_REF_X(s, t); /* 2^ref_x is in sxw[*][0] since the tile's start */
 #pragma unroll
             for (int j = 0; j < 4; j++) s.am[cs][j][t] = t < rows_valid ? fr_mx_mult(ref, (w.wa >> (8 * j)) & 0xFF) : 0u;
         }
@@ -636,6 +643,43 @@ __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA, CT> &s, const g
                   &s.raw_full[st]);
 }
 
+/* MX: each activation row's reference byte, the largest UE8M0 byte of the
+ * row over all of K (0 past the valid rows), into FR_REF_X(s, row) and the
+ * consumers' 2^ref_x (sxw[*][0]), once a tile: each k32 block's scale 2^b is
+ * then folded whole into the fp16 operand as 2^-(ref - b), so that the sums
+ * run over K without a promotion (dev/mx_fold_error.c: exact while
+ * ref - b <= 15, beyond that only bits far below the row's largest block are
+ * lost). All NT widening threads share the valid rows' K / 128 words,
+ * NT / rows_valid threads a row, their largest bytes joined by a shared
+ * atomicMax: with a thread a row, each chained up to 56 L2 round trips before
+ * the first widening (the guess for MXFP8 mega decode's +4 % with one sum
+ * over K, forty-eighth session; not measured yet). */
+template <int BMA, int NT, typename S>
+__device__ __forceinline__ void fr_row_refs(S &s, const gemm_args &g, int row0, int rows_valid, int t)
+{
+    rows_valid = min(rows_valid, BMA);
+    const int words = g.K / FR_BK; /* a row's scale words (4 UE8M0 bytes each) */
+    if (t < BMA) FR_REF_X(s, t) = 0u;
+    fr_producer_barrier<NT>();
+    const int tpr = NT / max(rows_valid, 1), r = t / tpr; /* threads a valid row, this thread's row */
+    if (r < rows_valid) { /* by 16-byte chunks (rows padded to 16 bytes, moe_ep_act_scale_stride; the padding skipped) */
+        const uint4 *p = (const uint4 *)(g.a_scales + (int64_t)(row0 + r) * g.a_scale_stride);
+        uint32_t m = 0;
+#pragma unroll 2
+        for (int c = t - r * tpr; c < (words + 3) / 4; c += tpr) {
+            const uint4 v = __ldcg(p + c);
+            m = __vmaxu4(m, v.x);
+            if (4 * c + 1 < words) m = __vmaxu4(m, v.y);
+            if (4 * c + 2 < words) m = __vmaxu4(m, v.z);
+            if (4 * c + 3 < words) m = __vmaxu4(m, v.w);
+        }
+        atomicMax(&FR_REF_X(s, r), fr_mx_ref(m));
+    }
+    fr_producer_barrier<NT>();
+    if (t < BMA)
+        for (int cs = 0; cs < S::CVT; cs++) s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)FR_REF_X(s, t)) : 0.0f;
+}
+
 /* Widening thread t (of FR_WIDEN_THREADS) on stage cv: its scales (cur,
  * loaded a stage ahead), then its share of the stage's A rows in fp16. */
 template <int FMT, int BMA, int CT>
@@ -683,6 +727,17 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
         }
         t -= 32;
     }
+    /* MX without a TMA warp (128 rows): thread 0 issues the first LEAD stages
+     * first, so that they land while the row references are read. */
+    constexpr int LEAD = FR_TMA_WARP_OF(BMA) ? 0 : RAW - 1;
+    const int ahead = FR_MX(FMT) ? min(n_k, LEAD) : 0; /* stages issued before the loop */
+    if (t == 0)
+        for (int kt = 0; kt < ahead; kt++) {
+            fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
+            if (kt == ahead - 1) HOOK::loads_issued();
+        }
+    if constexpr (FR_MX(FMT)) /* 2^ref_x for the sums' scaling, once */
+        fr_row_refs<BMA, FR_WIDEN_THREADS(BMA)>(s, g, row0, rows_valid, t);
     /* The scales of the next stage to widen are loaded one stage ahead, so
      * that their L2 latency overlaps the current stage's widening. */
     fr_stage_scales next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, 0, t);
@@ -691,9 +746,8 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
      * consumers are done with stage kt - RAW, so it comes second: the widening
      * of the next stage then overlaps the consumers' current one, and each raw
      * stage has RAW - 1 stages of compute to land. */
-    constexpr int LEAD = FR_TMA_WARP_OF(BMA) ? 0 : RAW - 1;
 #pragma unroll 1
-    for (int kt = 0; kt < n_k + LEAD; kt++) {
+    for (int kt = ahead; kt < n_k + LEAD; kt++) {
         const int cv = kt - LEAD;
         if (cv >= 0) {
             const fr_stage_scales cur = next;
@@ -828,8 +882,8 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
  * widens its bytes into a[kk % FR_RING] once step kk - FR_RING (the same
  * registers) is done and issues its wgmma; its words (fr_load_word) are
  * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
- * promotes part). */
-template <int FMT, int BMA, int B, int NW, int CT>
+ * promotes part; ACC, MX: the steps add onto part, the tile's sums). */
+template <int FMT, int BMA, int B, int NW, int CT, bool ACC = false>
 __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
 {
     if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nNWk32 QGMMA */
@@ -870,7 +924,7 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         wgmma_fence();
         /* B: K half kk / 4 (BMA * 128 B on), +32 bytes (2 x 16 B) per k16 step within it */
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
-        fr_wgmma<NW>(part, a[kk % FR_RING], db, kk > 0 ? 1 : 0);
+        fr_wgmma<NW>(part, a[kk % FR_RING], db, ACC || kk > 0 ? 1 : 0); /* ACC: onto the sums (MX) */
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -906,13 +960,10 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
 }
 
 /* acc += part * s, s of the fragment's activation columns 8 j + 2 q, +1 (the
- * pair at shared address sxw + 32 j): FP8-BLOCK s_x * s_w; MXFP8 2^ref_x
- * times 2^ref_w of rows g, g + 8 (at sw, sw + 32). */
+ * pair at shared address sxw + 32 j): FP8-BLOCK's s_x * s_w. */
 template <int FMT, int BMA>
 __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw, uint32_t sw)
 {
-    float wg = 1.0f, wg8 = 1.0f;
-    if constexpr (FR_MX(FMT)) wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
 #pragma unroll
     for (int j = 0; j < BMA / 8; j++) {
         float s0, s1;
@@ -921,17 +972,27 @@ __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32
 #else
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
 #endif
-        if constexpr (FR_MX(FMT)) {
-            acc[4 * j] = fmaf(part[4 * j], s0 * wg, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], s1 * wg, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], s0 * wg8, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], s1 * wg8, acc[4 * j + 3]);
-        } else {
-            acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-        }
+        acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+    }
+}
+
+/* MX, once after the K loop: the sums of the fragment's activation columns
+ * 8 j + 2 q, +1 times their 2^ref_x (the pair at sxw + 32 j) and 2^ref_w of
+ * rows g, g + 8 (at sw, sw + 32): powers of two, so exact (one sum over K
+ * whose operands carry the rest of each scale, fr_store_scales and the
+ * weights' records). */
+template <int BMA>
+__device__ __forceinline__ void fr_scale_sums(float *acc, uint32_t sxw, uint32_t sw)
+{
+    const float wg = fr_ld_f32(sw), wg8 = fr_ld_f32(sw + 32);
+#pragma unroll
+    for (int j = 0; j < BMA / 8; j++) {
+        float s0, s1;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
+        acc[4 * j] *= s0 * wg, acc[4 * j + 1] *= s1 * wg, acc[4 * j + 2] *= s0 * wg8, acc[4 * j + 3] *= s1 * wg8;
     }
 }
 
@@ -976,6 +1037,9 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_
         if (kt == 0) FR_TRACE(1);
         if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
             fr_stage_nv<BMA, NW>(acc, ad, rs, cs);
+        } else if constexpr (FR_MX(FMT)) { /* one fp32 sum over K: the scales folded whole (fr_store_scales) */
+            fr_block<FMT, BMA, 0, NW, CT, true>(acc[0], ad, rs, cs);
+            fr_block<FMT, BMA, 1, NW, CT, true>(acc[1], ad, rs, cs);
         } else {
             fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
             fr_promote<FMT, NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
@@ -984,6 +1048,11 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_
         }
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
+    }
+    if constexpr (FR_MX(FMT)) { /* the sums times 2^(ref_x + ref_w), from the last stage (no loads follow it in this tile) */
+        const int kt = g.K / FR_BK - 1, rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
+        fr_scale_sums<NW>(acc[0], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
+        fr_scale_sums<NW>(acc[1], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
     }
 }
 

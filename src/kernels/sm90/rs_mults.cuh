@@ -5,9 +5,9 @@
  * stage: MXFP8 decode 9-12 % of the tile's time, dev/wgmma_lab/rs_tile.cu).
  *
  * MXFP8 and W4A8 fold each k32 block's UE8M0 scale 2^b into the fp16
- * operand as 2^-(ref - b), ref the largest byte of the 128-wide K block, and
- * apply 2^ref at the promotion. NVFP4 folds each k16 block's E4M3 scale,
- * times 2^7, into the fp16 operand (exact). */
+ * operand as 2^-(ref - b), ref the largest byte of the row over all of K,
+ * and apply 2^ref to the sums after the K loop (no promotion). NVFP4 folds
+ * each k16 block's E4M3 scale, times 2^7, into the fp16 operand (exact). */
 #ifndef MOE_EP_RS_MULTS_CUH
 #define MOE_EP_RS_MULTS_CUH
 
@@ -70,7 +70,7 @@ __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2
  * matrix's array, n the row within the group:
  *   MXFP8 (3 KB): halves [j * 256 + n], j = 0..3: the k32 block j multiplier
  *                 as f16 (fr_mx_mult; the consumer doubles it into f16x2);
- *                 word [2 * 256 + n]: 2^ref, fp32 bits;
+ *                 word [2 * 256 + n]: 2^ref, fp32 bits (the row's, the same in every K block);
  *   W4A8 (5 KB):  words [j * 256 + n]: the same multipliers (fr_mx_mult_e2m1)
  *                 as f16x2, word [4 * 256 + n]: 2^ref;
  *   NVFP4 (4 KB): halves [j * 256 + n], j = 0..7: the k16 block j scale
@@ -101,7 +101,10 @@ __device__ __forceinline__ void fr_weight_records_item(const uint8_t *scales, in
         fr_store_e4m3x8((uint16_t *)rec + n, FR_REC_ROWS, *(const uint2 *)(scales + row * (K / 16) + 8 * kb));
         return;
     }
-    const uint32_t w = *(const uint32_t *)(scales + row * (K / 32) + 4 * kb), ref = fr_mx_ref(w);
+    const uint32_t *rs = (const uint32_t *)(scales + row * (K / 32)), w = rs[kb];
+    uint32_t m = 0;
+    for (int64_t i = 0; i < kbs; i++) m = __vmaxu4(m, rs[i]); /* the row's reference: its largest byte over K */
+    const uint32_t ref = fr_mx_ref(m);
     const bool halves = FR_REC_HALVES(nv, e2m1);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
