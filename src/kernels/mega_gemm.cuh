@@ -38,8 +38,9 @@ __device__ __forceinline__ int mega_spread_step(const mega_ctx &c, int e)
 /* ---- The register tile's item protocol ----------------------------------
  * A GEMM item's done counter is raised (release_pending) not at the item's
  * end, where the fence waits ~1 us for the epilogue's stores to drain, but
- * in the block's next tile once its first loads are issued
- * (mega_tile_hook::loads_issued), so that the drain overlaps their flight;
+ * in the block's next tile once its first loads are issued (at 128 rows:
+ * once its first stage is widened; mega_tile_hook::loads_issued), so that
+ * the drain overlaps their flight;
  * and the next item's inputs are looked at when it is claimed, while thread
  * 0 waits for the consumers anyway (mega_tile_hook::claimed), so that the
  * item then starts without a wait's round trip. Deadlock-free: a block

@@ -606,8 +606,10 @@ __device__ __forceinline__ void fr_store_scales(fr_smem<FMT, BMA, CT> &s, const 
  *   claimed(item): the block's next item was claimed (g.claim_counter set),
  *     after the producer's last stage: thread 0 is otherwise idle until the
  *     consumers end, so a wait here costs the tile nothing;
- *   loads_issued(): the first stages' TMA loads are issued, before the
- *     widening starts: what thread 0 does here overlaps their flight. */
+ *   loads_issued(): with a TMA warp, the ring's first fill is issued: what
+ *     thread 0 does here overlaps its flight; at 128 rows (thread 0 also
+ *     widens), once the first stage is widened (mega's fence there found the
+ *     last epilogue's stores drained: NVFP4 / FP8-BLOCK -1-2 % at T = 8192). */
 struct fr_no_hook {
     static __device__ __forceinline__ void claimed(int) {}
     static __device__ __forceinline__ void loads_issued() {}
@@ -732,10 +734,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     constexpr int LEAD = FR_TMA_WARP_OF(BMA) ? 0 : RAW - 1;
     const int ahead = FR_MX(FMT) ? min(n_k, LEAD) : 0; /* stages issued before the loop */
     if (t == 0)
-        for (int kt = 0; kt < ahead; kt++) {
-            fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
-            if (kt == ahead - 1) HOOK::loads_issued();
-        }
+        for (int kt = 0; kt < ahead; kt++) fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
     if constexpr (FR_MX(FMT)) /* 2^ref_x for the sums' scaling, once */
         fr_row_refs<BMA, FR_WIDEN_THREADS(BMA)>(s, g, row0, rows_valid, t);
     /* The scales of the next stage to widen are loaded one stage ahead, so
@@ -753,11 +752,12 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
             fr_widen_stage(s, g, cur, rows_valid, cv, t);
+            /* the last item's counter once the first stage is widened: its
+             * fence then finds the last epilogue's stores drained (at the
+             * tile's start it waited for them while warp 0's widening stood) */
+            if (!FR_TMA_WARP_OF(BMA) && t == 0 && cv == 0) HOOK::loads_issued();
         }
-        if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) {
-            fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
-            if (kt == min(n_k, LEAD) - 1) HOOK::loads_issued(); /* before this thread's first widening */
-        }
+        if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
     }
 }
 
