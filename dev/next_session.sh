@@ -1,5 +1,16 @@
 #!/usr/bin/env bash
 # Device plan (forty-ninth session). Calls, in order of value (carry build-carry unless said):
+# 0. `dev/next_session.sh dispatch` (carry build-d49 instead; ~1.5 min, no device build): draft D,
+#    dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a; built on the CI machine, mega.cu's
+#    ptxas guard clean, NOT run): the dispatch item encodes each token's row once into shared
+#    memory and warp 0 stores its K copies by bulk copies (cp.async.bulk.global.shared::cta), where
+#    it stored K copies from registers. build-d49/ (ignored, this machine only; rebuild elsewhere:
+#    apply the patch, `cmake --build build --target moe_ep_tool test_split`, gzip tools/moe_ep as
+#    moe_ep_D.gz and tests/test_split as test_split_D.gz, main's tool as moe_ep_H.gz). Runs
+#    test_split (split, mega) of D at full size, then `scripts/ab.sh 2` H / D of mega at T = 8, 64,
+#    8192. Predicted: the dispatch's ~128 us a block at flash 8192 (2.1 TB/s) -> ~80 us, mega
+#    fwd -1 % at 8192, 0 to -2 % at decode (a token's K row copies leave the threads' store path).
+#    Merge if test_split passes and no cell loses; then the suite (scripts/device.sh test).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry (moe_ep_T.gz, moe_ep_A.gz, rs_tile_paired*)
 #    predate the MX merge (5cdceb7) and 9433605: rebuild them from main first, as
@@ -33,6 +44,16 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   echo "asan test_tiles (quick) rc=$? $(tail -1 $O/asan_tiles.log)"
   grep -h -A12 -E "ERROR: (Address|Leak)Sanitizer|runtime error" $O/asan_*.log | head -60
   echo "asan $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = dispatch ]; then # carry build-d49: draft D's test_split at full size, then mega's A/B
+  for b in test_split_D moe_ep_D moe_ep_H; do carried build-d49/$b || exit 1; done
+  MOE_EP_TEST_BACKENDS=split,mega timeout 300 build-d49/test_split_D > $O/d_split.log 2>&1; rc=$?
+  echo "test_split (D; split, mega) rc=$rc $(tail -1 $O/d_split.log)"; grep -h "large offsets" $O/d_split.log | head -2
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/d_split.log | head -40; exit 1; }
+  scripts/ab.sh 2 build-d49/moe_ep_H build-d49/moe_ep_D -- --paths mxfp8,w4a8,fp8_block,nvfp4 --backends mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,8192 --iters 10 2>&1 | tail -28
+  echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
