@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device plan (forty-ninth session). Calls, in order of value (carry build-carry unless said):
-# 0. `dev/next_session.sh dispatch` (carry build-d49 instead; ~1.5 min, no device build): draft D,
+# 0. `dev/next_session.sh dispatch` (carry build-d49 instead; ~4 min, no device build): draft D,
 #    dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a; built on the CI machine, mega.cu's
 #    ptxas guard clean, NOT run): the dispatch item encodes each token's row once into shared
 #    memory and warp 0 stores its K copies by bulk copies (cp.async.bulk.global.shared::cta), where
@@ -10,7 +10,14 @@
 #    test_split (split, mega) of D at full size, then `scripts/ab.sh 2` H / D of mega at T = 8, 64,
 #    8192. Predicted: the dispatch's ~128 us a block at flash 8192 (2.1 TB/s) -> ~80 us, mega
 #    fwd -1 % at 8192, 0 to -2 % at decode (a token's K row copies leave the threads' store path).
-#    Merge if test_split passes and no cell loses; then the suite (scripts/device.sh test).
+#    Draft E beside it, dev/drafts/mega_claim_error_check.patch (on 968d62a; built, ptxas guard
+#    clean, not run; moe_ep_E.gz, test_split_E.gz in build-d49): the item loop's error-word read
+#    (thread 0, an L2 round trip while 383 threads wait at the barrier, every item) taken instead
+#    in the tile's claim hook, beside the consumers' work (MXFP8, W4A8, NVFP4; FP8-BLOCK's 128-row
+#    instances serialised their wgmmas with it). Predicted: -0.3-0.6 % at T = 8192 (~0.3 us of the
+#    trace's ~0.6 us an item between claim and tile), more at decode if items are short.
+#    Merge each that passes test_split and loses no cell; D and E apply together (checked); then
+#    the suite (scripts/device.sh test).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry (moe_ep_T.gz, moe_ep_A.gz, rs_tile_paired*)
 #    predate the MX merge (5cdceb7) and 9433605: rebuild them from main first, as
@@ -18,8 +25,8 @@
 # 2. Mega against split at T = 8192 (W4A8 flash 1.03, pro 1.02, MXFP8 flash 1.005 after the merge):
 #    mega's items trace (`TRACE_BIN=DIR/moe_ep_T dev/trace_items.sh w4a8:ds-v4-flash:8192 ...`)
 #    shows its GEMM items 2-3 % over split's stage and a dispatch at ~2.1 TB/s (docs/benchmarks.md,
-#    forty-ninth session). Drafts to write: a faster dispatch item (bytes in flight, stores), then
-#    `scripts/ab.sh` of mega at 8192 against main.
+#    forty-ninth session). Drafts D and E (call 0) are the first two; then a trace build with a mark
+#    after gemm_item_tile (where the rest of the ~0.6 us between an item's claim and its tile goes).
 # `dev/next_session.sh asan` (~1 min; carry build-asan-carry instead): test_split, test_nccl, test_tiles,
 #   test_fuzz_gpu built with -fsanitize=address,undefined on the host code (cmake -S . -B build-asan
 #   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="-fsanitize=address,undefined
@@ -47,11 +54,13 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   exit 0
 fi
 if [ "${1:-}" = dispatch ]; then # carry build-d49: draft D's test_split at full size, then mega's A/B
-  for b in test_split_D moe_ep_D moe_ep_H; do carried build-d49/$b || exit 1; done
-  MOE_EP_TEST_BACKENDS=split,mega timeout 300 build-d49/test_split_D > $O/d_split.log 2>&1; rc=$?
-  echo "test_split (D; split, mega) rc=$rc $(tail -1 $O/d_split.log)"; grep -h "large offsets" $O/d_split.log | head -2
-  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/d_split.log | head -40; exit 1; }
-  scripts/ab.sh 2 build-d49/moe_ep_H build-d49/moe_ep_D -- --paths mxfp8,w4a8,fp8_block,nvfp4 --backends mega \
+  for b in test_split_D test_split_E moe_ep_D moe_ep_E moe_ep_H; do carried build-d49/$b || exit 1; done
+  for v in D E; do
+    MOE_EP_TEST_BACKENDS=split,mega timeout 200 build-d49/test_split_$v > $O/${v}_split.log 2>&1; rc=$?
+    echo "test_split ($v; split, mega) rc=$rc $(tail -1 $O/${v}_split.log)"; grep -h "large offsets" $O/${v}_split.log | head -1
+    [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/${v}_split.log | head -40; exit 1; }
+  done
+  scripts/ab.sh 2 build-d49/moe_ep_H build-d49/moe_ep_D build-d49/moe_ep_E -- --paths mxfp8,w4a8,fp8_block,nvfp4 --backends mega \
     --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,8192 --iters 10 2>&1 | tail -28
   echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
