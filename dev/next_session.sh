@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device plan (forty-ninth session). Calls, in order of value (carry build-carry unless said):
-# 0. `dev/next_session.sh dispatch` (carry build-d49 instead; ~4 min, no device build): draft D,
+# 0. `dev/next_session.sh dispatch` (carry build-d49 instead; ~6 min, no device build): draft D,
 #    dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a; built on the CI machine, mega.cu's
 #    ptxas guard clean, NOT run): the dispatch item encodes each token's row once into shared
 #    memory and warp 0 stores its K copies by bulk copies (cp.async.bulk.global.shared::cta), where
