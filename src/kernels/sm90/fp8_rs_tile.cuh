@@ -391,6 +391,12 @@ __device__ __forceinline__ float fr_ld_f32(uint32_t p)
     return v;
 }
 
+/* Two fp32 at shared address p (8-byte aligned): a fragment's column pair of scales. */
+__device__ __forceinline__ void fr_ld_f32x2(uint32_t p, float &a, float &b)
+{
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(a), "=f"(b) : "r"(p));
+}
+
 __device__ __forceinline__ uint32_t fr_ld_u16(uint32_t p)
 {
     uint16_t v;
@@ -961,8 +967,8 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
 
 /* acc += part * s, s of the fragment's activation columns 8 j + 2 q, +1 (the
  * pair at shared address sxw + 32 j): FP8-BLOCK's s_x * s_w. */
-template <int FMT, int BMA>
-__device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw, uint32_t sw)
+template <int BMA>
+__device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32_t sxw)
 {
 #pragma unroll
     for (int j = 0; j < BMA / 8; j++) {
@@ -970,7 +976,7 @@ __device__ __forceinline__ void fr_promote(float *acc, const float *part, uint32
 #ifdef FR_LAB_NO_SCALE_LOADS /* the kernel lab: the promotions without their shared loads */
         s0 = __uint_as_float(0x3f800000u + j), s1 = __uint_as_float(0x3f800001u + j);
 #else
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
+        fr_ld_f32x2(sxw + 32 * j, s0, s1);
 #endif
         acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
         acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
@@ -991,7 +997,7 @@ __device__ __forceinline__ void fr_scale_sums(float *acc, uint32_t sxw, uint32_t
 #pragma unroll
     for (int j = 0; j < BMA / 8; j++) {
         float s0, s1;
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(s0), "=f"(s1) : "r"(sxw + 32 * j));
+        fr_ld_f32x2(sxw + 32 * j, s0, s1);
         acc[4 * j] *= s0 * wg, acc[4 * j + 1] *= s1 * wg, acc[4 * j + 2] *= s0 * wg8, acc[4 * j + 3] *= s1 * wg8;
     }
 }
@@ -1042,9 +1048,9 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_
             fr_block<FMT, BMA, 1, NW, CT, true>(acc[1], ad, rs, cs);
         } else {
             fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
-            fr_promote<FMT, NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
+            fr_promote<NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
             fr_block<FMT, BMA, 1, NW, CT>(part, ad, rs, cs);
-            fr_promote<FMT, NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
+            fr_promote<NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
         }
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
