@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
-# Device plan (forty-ninth session). Calls, in order of value (carry build-carry unless said):
-# 0. `dev/next_session.sh dispatch` (carry build-d49 instead; ~6 min, no device build): draft D,
-#    dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a; built on the CI machine, mega.cu's
-#    ptxas guard clean, NOT run): the dispatch item encodes each token's row once into shared
-#    memory and warp 0 stores its K copies by bulk copies (cp.async.bulk.global.shared::cta), where
-#    it stored K copies from registers. build-d49/ (ignored, this machine only; rebuild elsewhere:
-#    apply the patch, `cmake --build build --target moe_ep_tool test_split`, gzip tools/moe_ep as
-#    moe_ep_D.gz and tests/test_split as test_split_D.gz, main's tool as moe_ep_H.gz). Runs
-#    test_split (split, mega) of D at full size, then `scripts/ab.sh 2` H / D of mega at T = 8, 64,
-#    8192. Predicted: the dispatch's ~128 us a block at flash 8192 (2.1 TB/s) -> ~80 us, mega
-#    fwd -1 % at 8192, 0 to -2 % at decode (a token's K row copies leave the threads' store path).
-#    Draft E beside it, dev/drafts/mega_claim_error_check.patch (on 968d62a; built, ptxas guard
-#    clean, not run; moe_ep_E.gz, test_split_E.gz in build-d49): the item loop's error-word read
-#    (thread 0, an L2 round trip while 383 threads wait at the barrier, every item) taken instead
-#    in the tile's claim hook, beside the consumers' work (MXFP8, W4A8, NVFP4; FP8-BLOCK's 128-row
-#    instances serialised their wgmmas with it). Predicted: -0.3-0.6 % at T = 8192 (~0.3 us of the
-#    trace's ~0.6 us an item between claim and tile), more at decode if items are short.
-#    Merge each that passes test_split and loses no cell; D and E apply together (checked); then
-#    the suite (scripts/device.sh test).
+# Device plan (fiftieth session; no device was lent in it). Calls, in order of value (carry build-carry unless said):
+# 0. `dev/next_session.sh dispatch` (carry build-d50 instead, 55 MB with the tree; ~6 min, no device
+#    build). Three drafts, each built on the CI machine with every instance ptxas-clean, NOT run:
+#    D, dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a): the dispatch item encodes each
+#    token's row once into shared memory and warp 0 stores its K copies by bulk copies
+#    (cp.async.bulk.global.shared::cta), where it stored K copies from registers. Predicted: the
+#    dispatch's ~128 us a block at flash 8192 (2.1 TB/s) -> ~80 us, mega fwd -1 % at 8192, 0 to -2 %
+#    at decode.
+#    E, dev/drafts/mega_claim_error_check.patch (on 968d62a): the item loop's error-word read
+#    (thread 0, an L2 round trip while 383 threads wait at the barrier, every item; it lies between
+#    one item's trace close and the next one's open, the ~1 % of the span no item covers) taken in
+#    the tile's claim hook instead (MXFP8, W4A8, NVFP4). Predicted: -0.3-0.6 % at T = 8192.
+#    W, dev/drafts/rs_tile_widen_immediates.patch (on a914f61): the 128-row producer's E4M3 widening
+#    with each pass's shared addresses as immediates. SASS (fiftieth session, this machine's nvcc):
+#    mega's 128-row MXFP8 / W4A8 producer loop ran 487 instructions a stage against split's 422
+#    for the same tile (ptxas recomputed every pass's addresses in mega: 35 more integer
+#    instructions); with W 450 and 420 (FP8-BLOCK 409 -> 407, NVFP4 untouched; the rest of the
+#    difference is the item hook's branch). Predicted: mega MXFP8 / W4A8 at T >= 512 0 to -1.5 %
+#    (if the 148 warp instructions a stage it frees matter: the SM issues ~31 % of its slots there).
+#    build-d50/ (ignored, this machine only): moe_ep_H (main's kernels), moe_ep_D, moe_ep_E,
+#    moe_ep_W, test_tiles_W, test_split_DEW (D + E + W applied together). Elsewhere rebuild: apply
+#    the patch(es), `cmake --build build --target moe_ep_tool test_split test_tiles`, gzip.
+#    Runs test_tiles of W, test_split (split, mega) of D + E + W at full size, then `scripts/ab.sh 2`
+#    H / D / E / W of mega, MXFP8 and W4A8, flash / pro, T = 8, 64, 512, 8192.
+#    Merge each that passes and loses no cell (`git apply` the patch, commit, record the table);
+#    FP8-BLOCK and NVFP4 cells of D and E in a second A/B call if D or E wins; then the suite
+#    (scripts/device.sh test).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry (moe_ep_T.gz, moe_ep_A.gz, rs_tile_paired*)
 #    predate the MX merge (5cdceb7) and 9433605: rebuild them from main first, as
@@ -53,15 +61,16 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   echo "asan $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = dispatch ]; then # carry build-d49: draft D's test_split at full size, then mega's A/B
-  for b in test_split_D test_split_E moe_ep_D moe_ep_E moe_ep_H; do carried build-d49/$b || exit 1; done
-  for v in D E; do
-    MOE_EP_TEST_BACKENDS=split,mega timeout 200 build-d49/test_split_$v > $O/${v}_split.log 2>&1; rc=$?
-    echo "test_split ($v; split, mega) rc=$rc $(tail -1 $O/${v}_split.log)"; grep -h "large offsets" $O/${v}_split.log | head -1
-    [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/${v}_split.log | head -40; exit 1; }
-  done
-  scripts/ab.sh 2 build-d49/moe_ep_H build-d49/moe_ep_D build-d49/moe_ep_E -- --paths mxfp8,w4a8,fp8_block,nvfp4 --backends mega \
-    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,8192 --iters 10 2>&1 | tail -28
+if [ "${1:-}" = dispatch ]; then # carry build-d50: W's tiles, D + E + W's test_split, then mega's A/B
+  for b in test_tiles_W test_split_DEW moe_ep_H moe_ep_D moe_ep_E moe_ep_W; do carried build-d50/$b || exit 1; done
+  timeout 150 build-d50/test_tiles_W > $O/W_tiles.log 2>&1; rc=$?
+  echo "test_tiles (W) rc=$rc $(tail -1 $O/W_tiles.log)"
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/W_tiles.log | head -40; exit 1; }
+  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEW > $O/DEW_split.log 2>&1; rc=$?
+  echo "test_split (D + E + W; split, mega) rc=$rc $(tail -1 $O/DEW_split.log)"; grep -h "large offsets" $O/DEW_split.log | head -1
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEW_split.log | head -40; exit 1; }
+  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_E build-d50/moe_ep_W -- --paths mxfp8,w4a8 \
+    --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -20
   echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
 fi
