@@ -11,20 +11,30 @@
 #    (thread 0, an L2 round trip while 383 threads wait at the barrier, every item; it lies between
 #    one item's trace close and the next one's open, the ~1 % of the span no item covers) taken in
 #    the tile's claim hook instead (MXFP8, W4A8, NVFP4). Predicted: -0.3-0.6 % at T = 8192.
+#    F, dev/drafts/mega_release_without_sc_fence.patch (on 9cb1e88): the GEMM items' done counter
+#    (release_pending, thread 0 = the 128-row tile's TMA issuer, inside the next tile) and the bf16
+#    runs' (a consumer thread) raised by `red.release.gpu` alone, without the `__threadfence`
+#    (fence.sc.gpu + CCTL.IVALL in SASS) before it: the release is cumulative over every thread's
+#    writes ordered before it by the barrier (PTX memory model; grid sync's one-fence pattern).
+#    Built together with E as EF (both: thread 0's stalls a GEMM item). Predicted: -0.2-1 % at
+#    T = 8192 (MXFP8 / W4A8 / NVFP4 / FP8-BLOCK 128-row items; bf16's runs alike).
 #    W, dev/drafts/rs_tile_widen_immediates.patch (on a914f61): the 128-row producer's E4M3 widening
 #    with each pass's shared addresses as immediates. SASS (fiftieth session, this machine's nvcc):
 #    mega's 128-row MXFP8 / W4A8 producer loop ran 487 instructions a stage against split's 422
 #    for the same tile (ptxas recomputed every pass's addresses in mega: 35 more integer
 #    instructions); with W 450 and 420 (FP8-BLOCK 409 -> 407, NVFP4 untouched; the rest of the
-#    difference is the item hook's branch). Predicted: mega MXFP8 / W4A8 at T >= 512 0 to -1.5 %
-#    (if the 148 warp instructions a stage it frees matter: the SM issues ~31 % of its slots there).
-#    build-d50/ (ignored, this machine only): moe_ep_H (main's kernels), moe_ep_D, moe_ep_E,
-#    moe_ep_W, test_tiles_W, test_split_DEW (D + E + W applied together). Elsewhere rebuild: apply
-#    the patch(es), `cmake --build build --target moe_ep_tool test_split test_tiles`, gzip.
-#    Runs test_tiles of W, test_split (split, mega) of D + E + W at full size, then `scripts/ab.sh 2`
-#    H / D / E / W of mega, MXFP8 and W4A8, flash / pro, T = 8, 64, 512, 8192.
-#    Merge each that passes and loses no cell (`git apply` the patch, commit, record the table);
-#    FP8-BLOCK and NVFP4 cells of D and E in a second A/B call if D or E wins; then the suite
+#    difference is the item hook's branch). A stage's warp instructions (8 consumer warps, 4
+#    producer warps): W4A8 mega 4 324 against split's 4 184 (+3.3 %), MXFP8 3 892 / 3 896 (split's
+#    MXFP8 consumer loop has 276 a stage to mega's 243), the order of mega's deficit at 8192 (W4A8
+#    1.02-1.03, MXFP8 1.00); with W 4 176 and 3 744. Predicted: mega W4A8 -1-2 % at T >= 512,
+#    MXFP8 -0.5-1 % (if issue binds at all: the SM issues ~31 % of its slots in this tile).
+#    build-d50/ (ignored, this machine only): moe_ep_H (main's kernels), moe_ep_D, moe_ep_EF,
+#    moe_ep_W, test_tiles_W, test_split_DEWF (D + E + W + F applied together). Elsewhere rebuild:
+#    apply the patch(es), `cmake --build build --target moe_ep_tool test_split test_tiles`, gzip.
+#    Runs test_tiles of W, test_split (split, mega) of D + E + W + F at full size, then
+#    `scripts/ab.sh 2` H / D / EF / W of mega, MXFP8 and W4A8, flash / pro, T = 8, 64, 512, 8192.
+#    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
+#    table); FP8-BLOCK, NVFP4 and bf16 cells in a second A/B call for what won; then the suite
 #    (scripts/device.sh test).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry (moe_ep_T.gz, moe_ep_A.gz, rs_tile_paired*)
@@ -61,15 +71,15 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   echo "asan $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = dispatch ]; then # carry build-d50: W's tiles, D + E + W's test_split, then mega's A/B
-  for b in test_tiles_W test_split_DEW moe_ep_H moe_ep_D moe_ep_E moe_ep_W; do carried build-d50/$b || exit 1; done
+if [ "${1:-}" = dispatch ]; then # carry build-d50: W's tiles, D + E + W + F's test_split, then mega's A/B
+  for b in test_tiles_W test_split_DEWF moe_ep_H moe_ep_D moe_ep_EF moe_ep_W; do carried build-d50/$b || exit 1; done
   timeout 150 build-d50/test_tiles_W > $O/W_tiles.log 2>&1; rc=$?
   echo "test_tiles (W) rc=$rc $(tail -1 $O/W_tiles.log)"
   [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/W_tiles.log | head -40; exit 1; }
-  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEW > $O/DEW_split.log 2>&1; rc=$?
-  echo "test_split (D + E + W; split, mega) rc=$rc $(tail -1 $O/DEW_split.log)"; grep -h "large offsets" $O/DEW_split.log | head -1
-  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEW_split.log | head -40; exit 1; }
-  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_E build-d50/moe_ep_W -- --paths mxfp8,w4a8 \
+  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEWF > $O/DEWF_split.log 2>&1; rc=$?
+  echo "test_split (D + E + W + F; split, mega) rc=$rc $(tail -1 $O/DEWF_split.log)"; grep -h "large offsets" $O/DEWF_split.log | head -1
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEWF_split.log | head -40; exit 1; }
+  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_W -- --paths mxfp8,w4a8 \
     --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -20
   echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
