@@ -37,14 +37,19 @@
 #    table); FP8-BLOCK, NVFP4 and bf16 cells in a second A/B call for what won; then the suite
 #    (scripts/device.sh test).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
-#    traces, T = 1..8). Its binaries in build-carry (moe_ep_T.gz, moe_ep_A.gz, rs_tile_paired*)
-#    predate the MX merge (5cdceb7) and 9433605: rebuild them from main first, as
-#    docs/design.md ("Forty-fifth session") says, or the MXFP8 / W4A8 lines describe old code.
+#    traces, T = 1..8). Its binaries in build-carry were rebuilt in the fiftieth session from
+#    main's kernels (a914f61): moe_ep_A.gz = build-d50's moe_ep_H.gz, moe_ep_T.gz = build-t50c's
+#    trace build, rs_tile_paired (dev/wgmma_lab/rs_tile.cu, -DLAB_PAIRED); the lab's _noloads /
+#    _nocmult variants are built on the device (the carry's 64 MiB).
 # 2. Mega against split at T = 8192 (W4A8 flash 1.03, pro 1.02, MXFP8 flash 1.005 after the merge):
-#    mega's items trace (`TRACE_BIN=DIR/moe_ep_T dev/trace_items.sh w4a8:ds-v4-flash:8192 ...`)
-#    shows its GEMM items 2-3 % over split's stage and a dispatch at ~2.1 TB/s (docs/benchmarks.md,
-#    forty-ninth session). Drafts D and E (call 0) are the first two; then a trace build with a mark
-#    after gemm_item_tile (where the rest of the ~0.6 us between an item's claim and its tile goes).
+#    mega's items trace shows its GEMM items 2-3 % over split's stage and ~0.6 us from an item's
+#    open to its tile (docs/benchmarks.md, forty-ninth session). build-t50c/moe_ep_T.gz (carry
+#    build-t50c; a trace build of main's kernels (a914f61) + the trace's stall flag: MOE_EP_MEGA_TRACE=ON,
+#    MOE_EP_PTXAS_GUARD=OFF) records for each GEMM item whether it took block_wait (its claim saw
+#    no inputs): `TRACE_BIN=build-t50c/moe_ep_T dev/trace_items.sh w4a8:ds-v4-flash:8192
+#    mxfp8:ds-v4-flash:8192` prints "claim to tile" for the items without a wait and those through
+#    block_wait. If most of the 0.6 us is block_wait's round trip, the claim hook's dependency
+#    check misses (look at gemm_dependency); if not, it is the loop's barriers and plan lookups.
 # `dev/next_session.sh asan` (~1 min; carry build-asan-carry instead): test_split, test_nccl, test_tiles,
 #   test_fuzz_gpu built with -fsanitize=address,undefined on the host code (cmake -S . -B build-asan
 #   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="-fsanitize=address,undefined

@@ -48,6 +48,10 @@ def report(label, recs):
             kb = 256 * (H if k == 3 else I) * wb / 1e3
             line += (f"  run p10/p50/p90 {q(run, .1):.1f}/{q(run, .5):.1f}/{q(run, .9):.1f} us"
                      f"  {kb:.0f} KB: {kb / max(q(run, .5), 1e-3):.1f} KB/us at p50")
+            waited = [(r[3] - r[2]) / 1e3 for r in v if r[4] == 1]  # stall 1: the item took block_wait
+            direct = [(r[3] - r[2]) / 1e3 for r in v if r[4] == 0]
+            line += (f"\n           claim to tile: {len(direct)} items without a wait p50 {q(direct, .5):.2f} us,"
+                     f" {len(waited)} through block_wait p50 {q(waited, .5):.2f} p90 {q(waited, .9):.2f} us")
         print(line)
     gemm = [r for r in recs if r[1] in (3, 4)]
     end = max(r[5] for r in items) - z  # the tail figures below: up to the last item's end
