@@ -28,14 +28,25 @@
 #    MXFP8 consumer loop has 276 a stage to mega's 243), the order of mega's deficit at 8192 (W4A8
 #    1.02-1.03, MXFP8 1.00); with W 4 176 and 3 744. Predicted: mega W4A8 -1-2 % at T >= 512,
 #    MXFP8 -0.5-1 % (if issue binds at all: the SM issues ~31 % of its slots in this tile).
+#    N, dev/drafts/rs_tile_nvfp4_byte_lookups.patch (on b32d89e): NVFP4's activation widening
+#    decodes a word of 8 E2M1 by byte lookups (prmt: magnitudes, signs, then each pair spread
+#    into its halves' high bytes; codec.h moe_ep_e2m1_word_f16, 15 instructions a word) where it
+#    took ~33 a byte at a time. CPU: test_codec checks it against the per-byte bits (every byte in
+#    every place); test_device_codec gains the same check on the GPU (every 16-bit half). SASS: the
+#    NVFP4 producer loop 850 -> 722 instructions a stage at 128 rows, 567 -> 425 at 64, 434 -> 340
+#    at 32, 279 -> 247 at 16. The 128-row producer was busy nearly all of NVFP4's K loop (lab
+#    stamps, fr_widen_rows' note). Predicted: NVFP4 fwd -5-10 % at T >= 512 (split and mega),
+#    -2-5 % at decode (issue-bound there). Built together with W as WN (W touches the E4M3 paths
+#    only, N the NVFP4 one: their cells tell them apart).
 #    build-d50/ (ignored, this machine only): moe_ep_H (main's kernels), moe_ep_D, moe_ep_EF,
-#    moe_ep_W, test_tiles_W, test_split_DEWF (D + E + W + F applied together). Elsewhere rebuild:
-#    apply the patch(es), `cmake --build build --target moe_ep_tool test_split test_tiles`, gzip.
-#    Runs test_tiles of W, test_split (split, mega) of D + E + W + F at full size, then
-#    `scripts/ab.sh 2` H / D / EF / W of mega, MXFP8 and W4A8, flash / pro, T = 8, 64, 512, 8192.
+#    moe_ep_WN, test_tiles_WN, test_device_codec_N, test_split_DEWFN (D + E + W + F + N together).
+#    Elsewhere rebuild: apply the patch(es), `cmake --build build --target moe_ep_tool test_split
+#    test_tiles test_device_codec`, gzip. Runs test_device_codec (N) and test_tiles (W + N), test_split
+#    (split, mega) of all five at full size, then `scripts/ab.sh 2` H / D / EF / WN of mega, MXFP8,
+#    W4A8 and NVFP4, flash / pro, T = 8, 512, 8192.
 #    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
-#    table); FP8-BLOCK, NVFP4 and bf16 cells in a second A/B call for what won; then the suite
-#    (scripts/device.sh test).
+#    table); FP8-BLOCK and bf16 cells (and split's, for N) in a second A/B call for what won;
+#    then the suite (scripts/device.sh test).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry were rebuilt in the fiftieth session from
 #    main's kernels (a914f61): moe_ep_A.gz = build-d50's moe_ep_H.gz, moe_ep_T.gz = build-t50c's
@@ -76,16 +87,21 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   echo "asan $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = dispatch ]; then # carry build-d50: W's tiles, D + E + W + F's test_split, then mega's A/B
-  for b in test_tiles_W test_split_DEWF moe_ep_H moe_ep_D moe_ep_EF moe_ep_W; do carried build-d50/$b || exit 1; done
-  timeout 150 build-d50/test_tiles_W > $O/W_tiles.log 2>&1; rc=$?
-  echo "test_tiles (W) rc=$rc $(tail -1 $O/W_tiles.log)"
-  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/W_tiles.log | head -40; exit 1; }
-  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEWF > $O/DEWF_split.log 2>&1; rc=$?
-  echo "test_split (D + E + W + F; split, mega) rc=$rc $(tail -1 $O/DEWF_split.log)"; grep -h "large offsets" $O/DEWF_split.log | head -1
-  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEWF_split.log | head -40; exit 1; }
-  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_W -- --paths mxfp8,w4a8 \
-    --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -20
+if [ "${1:-}" = dispatch ]; then # carry build-d50: the drafts' tests, then mega's A/B
+  for b in test_device_codec_N test_tiles_WN test_split_DEWFN moe_ep_H moe_ep_D moe_ep_EF moe_ep_WN; do
+    carried build-d50/$b || exit 1
+  done
+  for t in test_device_codec_N:60 test_tiles_WN:150; do
+    timeout ${t#*:} build-d50/${t%%:*} > $O/${t%%:*}.log 2>&1; rc=$?
+    echo "${t%%:*} rc=$rc $(tail -1 $O/${t%%:*}.log)"
+    [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/${t%%:*}.log | head -40; exit 1; }
+  done
+  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEWFN > $O/DEWFN_split.log 2>&1; rc=$?
+  echo "test_split (D + E + W + F + N; split, mega) rc=$rc $(tail -1 $O/DEWFN_split.log)"
+  grep -h "large offsets" $O/DEWFN_split.log | head -1
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEWFN_split.log | head -40; exit 1; }
+  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_WN -- \
+    --paths mxfp8,w4a8,nvfp4 --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -24
   echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
 fi
