@@ -28,16 +28,17 @@
 #    MXFP8 consumer loop has 276 a stage to mega's 243), the order of mega's deficit at 8192 (W4A8
 #    1.02-1.03, MXFP8 1.00); with W 4 176 and 3 744. Predicted: mega W4A8 -1-2 % at T >= 512,
 #    MXFP8 -0.5-1 % (if issue binds at all: the SM issues ~31 % of its slots in this tile).
-#    N, dev/drafts/rs_tile_nvfp4_byte_lookups.patch (on b32d89e): NVFP4's activation widening
-#    decodes a word of 8 E2M1 by byte lookups (prmt: magnitudes, signs, then each pair spread
-#    into its halves' high bytes; codec.h moe_ep_e2m1_word_f16, 15 instructions a word) where it
-#    took ~33 a byte at a time. CPU: test_codec checks it against the per-byte bits (every byte in
-#    every place); test_device_codec gains the same check on the GPU (every 16-bit half). SASS: the
-#    NVFP4 producer loop 850 -> 722 instructions a stage at 128 rows, 567 -> 425 at 64, 434 -> 340
-#    at 32, 279 -> 247 at 16. The 128-row producer was busy nearly all of NVFP4's K loop (lab
-#    stamps, fr_widen_rows' note). Predicted: NVFP4 fwd -5-10 % at T >= 512 (split and mega),
-#    -2-5 % at decode (issue-bound there). Built together with W as WN (W touches the E4M3 paths
-#    only, N the NVFP4 one: their cells tell them apart).
+#    N, dev/drafts/rs_tile_nvfp4_byte_lookups.patch (on df525db's main): NVFP4's activation
+#    widening decodes a word of 8 E2M1 by byte lookups (prmt: magnitudes by a lookup, signs by
+#    its sign-replicating selectors, then each pair spread into its halves' high bytes; codec.h
+#    moe_ep_e2m1_word_f16, 13 instructions a word) where it took ~33 a byte at a time. CPU:
+#    test_codec checks it against the per-byte bits (every byte in every place); test_device_codec
+#    gains the same check on the GPU (every 16-bit half). SASS: the NVFP4 producer loop 850 -> 625
+#    instructions a stage at 128 rows, 567 -> 376 at 64, 434 -> 307 at 32, 279 -> 221 at 16. The
+#    128-row producer was busy nearly all of NVFP4's K loop (lab stamps, fr_widen_rows' note).
+#    Predicted: NVFP4 fwd -5-15 % at T >= 512 (split and mega), -3-8 % at decode (issue-bound
+#    there). Built together with W as WN (W touches the E4M3 paths only, N the NVFP4 one: their
+#    cells tell them apart).
 #    build-d50/ (ignored, this machine only): moe_ep_H (main's kernels), moe_ep_D, moe_ep_EF,
 #    moe_ep_WN, test_tiles_WN, test_device_codec_N, test_split_DEWFN (D + E + W + F + N together).
 #    Elsewhere rebuild: apply the patch(es), `cmake --build build --target moe_ep_tool test_split
