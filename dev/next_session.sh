@@ -43,8 +43,9 @@
 #    moe_ep_WN, test_tiles_WN, test_device_codec_N, test_split_DEWFN (D + E + W + F + N together).
 #    Elsewhere rebuild: apply the patch(es), `cmake --build build --target moe_ep_tool test_split
 #    test_tiles test_device_codec`, gzip. Runs test_device_codec (N) and test_tiles (W + N), test_split
-#    (split, mega) of all five at full size, then `scripts/ab.sh 2` H / D / EF / WN of mega, MXFP8,
-#    W4A8 and NVFP4, flash / pro, T = 8, 512, 8192.
+#    (split, mega) of all five at full size, then `scripts/ab.sh 2` H / D / EF / WN of mega, MXFP8
+#    and W4A8, flash / pro, T = 8, 512, 8192 (~6 min). Then `dev/next_session.sh nvfp4` (same carry,
+#    ~3 min): H / WN on NVFP4, split and mega, T = 8, 64, 512, 8192.
 #    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
 #    table); FP8-BLOCK and bf16 cells (and split's, for N) in a second A/B call for what won;
 #    then the suite (scripts/device.sh test).
@@ -102,8 +103,15 @@ if [ "${1:-}" = dispatch ]; then # carry build-d50: the drafts' tests, then mega
   grep -h "large offsets" $O/DEWFN_split.log | head -1
   [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEWFN_split.log | head -40; exit 1; }
   scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_WN -- \
-    --paths mxfp8,w4a8,nvfp4 --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -24
+    --paths mxfp8,w4a8 --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -16
   echo "dispatch $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = nvfp4 ]; then # carry build-d50 (after `dispatch` passed its tests): N's cells, split and mega
+  for b in moe_ep_H moe_ep_WN; do carried build-d50/$b || exit 1; done
+  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_WN -- --paths nvfp4 --backends split,mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -20
+  echo "nvfp4 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
