@@ -23,11 +23,10 @@
 #    mega's 128-row MXFP8 / W4A8 producer loop ran 487 instructions a stage against split's 422
 #    for the same tile (ptxas recomputed every pass's addresses in mega: 35 more integer
 #    instructions); with W 450 and 420 (FP8-BLOCK 409 -> 407, NVFP4 untouched; the rest of the
-#    difference is the item hook's branch). A stage's warp instructions (8 consumer warps, 4
-#    producer warps): W4A8 mega 4 324 against split's 4 184 (+3.3 %), MXFP8 3 892 / 3 896 (split's
-#    MXFP8 consumer loop has 276 a stage to mega's 243), the order of mega's deficit at 8192 (W4A8
-#    1.02-1.03, MXFP8 1.00); with W 4 176 and 3 744. Predicted: mega W4A8 -1-2 % at T >= 512,
-#    MXFP8 -0.5-1 % (if issue binds at all: the SM issues ~31 % of its slots in this tile).
+#    difference is the item hook's branch). Executed warp instructions a stage (8 consumer warps,
+#    4 producer warps; consumer loops equal in both kernels): mega ~4 % over split for MXFP8 and
+#    W4A8, ~1 % with W. Predicted: mega MXFP8 / W4A8 -0.5-2 % at T >= 512, if issue binds at all
+#    (the SM issues ~35-45 % of its slots in this tile).
 #    N, dev/drafts/rs_tile_nvfp4_byte_lookups.patch (on df525db's main): NVFP4's activation
 #    widening decodes a word of 8 E2M1 by byte lookups (prmt: magnitudes by a lookup, signs by
 #    its sign-replicating selectors, then each pair spread into its halves' high bytes; codec.h
