@@ -46,8 +46,11 @@
 #    and W4A8, flash / pro, T = 8, 512, 8192 (~6 min). Then `dev/next_session.sh nvfp4` (same carry,
 #    ~3 min): H / WN on NVFP4, split and mega, T = 8, 64, 512, 8192.
 #    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
-#    table); FP8-BLOCK and bf16 cells (and split's, for N) in a second A/B call for what won;
-#    then the suite (scripts/device.sh test).
+#    table); FP8-BLOCK and bf16 cells in a second A/B call for what won; then the suite: if all
+#    five merge, `dev/next_session.sh suite50` (carry build-suite50, 45 MB: the 6 GPU test binaries of
+#    main + all five, built on the CI machine, and their tool moe_ep_ALL.gz for the tables; ~2 min,
+#    no device build) runs them as ctest's gpu
+#    label does; else scripts/device.sh test (~400 s with the device build).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry were rebuilt in the fiftieth session from
 #    main's kernels (a914f61): moe_ep_A.gz = build-d50's moe_ep_H.gz, moe_ep_T.gz = build-t50c's
@@ -104,6 +107,17 @@ if [ "${1:-}" = dispatch ]; then # carry build-d50: the drafts' tests, then mega
   scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_WN -- \
     --paths mxfp8,w4a8 --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -16
   echo "dispatch $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = suite50 ]; then # carry build-suite50: the GPU tests of main + D + E + F + W + N, as ctest's gpu label
+  for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu test_split; do
+    carried build-suite50/$b || exit 1
+    timeout 300 build-suite50/$b > $O/s50_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s50_$b.log)"
+  done
+  MOE_EP_TEST_BACKENDS=split,mega timeout 400 build-suite50/test_split > $O/s50_split_mega.log 2>&1
+  echo "test_split (split, mega) rc=$? $(tail -1 $O/s50_split_mega.log)"; grep -h "large offsets" $O/s50_split*.log | head -2
+  grep -h -B2 -A4 FAIL $O/s50_*.log | head -40
+  echo "suite50 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = nvfp4 ]; then # carry build-d50 (after `dispatch` passed its tests): N's cells, split and mega
