@@ -65,6 +65,14 @@
 #    mxfp8:ds-v4-flash:8192` prints "claim to tile" for the items without a wait and those through
 #    block_wait. If most of the 0.6 us is block_wait's round trip, the claim hook's dependency
 #    check misses (look at gemm_dependency); if not, it is the loop's barriers and plan lookups.
+# 3. The largest lead at T >= 512 left for every register-tile path, both backends: GEMM1's 128-row
+#    epilogue (SwiGLU + encode, after the K loop, overlapping nothing) was 44 600 of a 196 000-cycle
+#    MXFP8 tile before its chunks (fc94933, docs/benchmarks.md); not stamped since. Stamp it first
+#    (the kernel lab's FR_TRACE stamps, dev/wgmma_lab/rs_tile.cu at 128 rows): if it is still
+#    >= 10 % of the tile, the fix is structural (consumer warpgroups ping-ponging whole tiles, one's
+#    epilogue beside the other's K loop; or C in quarters of 33 KB beside the 170 KB ring, so the
+#    producer fills the next tile's ring during the epilogue), as design.md's twenty-third session
+#    says; neither fits a blind draft.
 # `dev/next_session.sh asan` (~1 min; carry build-asan-carry instead): test_split, test_nccl, test_tiles,
 #   test_fuzz_gpu built with -fsanitize=address,undefined on the host code (cmake -S . -B build-asan
 #   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="-fsanitize=address,undefined
