@@ -67,8 +67,10 @@
 #    check misses (look at gemm_dependency); if not, it is the loop's barriers and plan lookups.
 # 3. The largest lead at T >= 512 left for every register-tile path, both backends: GEMM1's 128-row
 #    epilogue (SwiGLU + encode, after the K loop, overlapping nothing) was 44 600 of a 196 000-cycle
-#    MXFP8 tile before its chunks (fc94933, docs/benchmarks.md); not stamped since. Stamp it first
-#    (the kernel lab's FR_TRACE stamps, dev/wgmma_lab/rs_tile.cu at 128 rows): if it is still
+#    MXFP8 tile before its chunks (fc94933, docs/benchmarks.md); not stamped since. Stamp it first:
+#    `dev/next_session.sh stamps` (carry build-carry, ~2 min: dev/wgmma_lab/rs_tile.cu's default
+#    set, built here from main and from main + W + N: the 128-row tiles' stage, producer waits and
+#    epilogue in cycles, and what W / N do to them in isolation). If the epilogue is still
 #    >= 10 % of the tile, the fix is structural (consumer warpgroups ping-ponging whole tiles, one's
 #    epilogue beside the other's K loop; or C in quarters of 33 KB beside the 170 KB ring, so the
 #    producer fills the next tile's ring during the epilogue), as design.md's twenty-third session
@@ -126,6 +128,14 @@ if [ "${1:-}" = suite50 ]; then # carry build-suite50: the GPU tests of main + D
   echo "test_split (split, mega) rc=$? $(tail -1 $O/s50_split_mega.log)"; grep -h "large offsets" $O/s50_split*.log | head -2
   grep -h -B2 -A4 FAIL $O/s50_*.log | head -40
   echo "suite50 $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = stamps ]; then # carry build-carry: the kernel lab's stamps of the 128-row tiles, main and W + N
+  chmod +x build-carry/rs_tile_stamps build-carry/rs_tile_stamps_WN
+  for v in rs_tile_stamps rs_tile_stamps_WN; do
+    timeout 200 build-carry/$v > $O/$v.txt 2>&1; echo "== $v rc=$?"; grep -v "^ *$" $O/$v.txt | tail -24 | cut -c1-200
+  done
+  echo "stamps $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = nvfp4 ]; then # carry build-d50 (after `dispatch` passed its tests): N's cells, split and mega
