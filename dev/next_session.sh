@@ -68,7 +68,7 @@
 # 3. The largest lead at T >= 512 left for every register-tile path, both backends: GEMM1's 128-row
 #    epilogue (SwiGLU + encode, after the K loop, overlapping nothing) was 44 600 of a 196 000-cycle
 #    MXFP8 tile before its chunks (fc94933, docs/benchmarks.md); not stamped since. Stamp it first:
-#    `dev/next_session.sh stamps` (carry build-carry, ~2 min: dev/wgmma_lab/rs_tile.cu's default
+#    `dev/next_session.sh stamps` (carry build-carry, ~3-4 min: dev/wgmma_lab/rs_tile.cu's default
 #    set, built here from main and from main + W + N: the 128-row tiles' stage, producer waits and
 #    epilogue in cycles, and what W / N do to them in isolation). If the epilogue is still
 #    >= 10 % of the tile, the fix is structural (consumer warpgroups ping-ponging whole tiles, one's
