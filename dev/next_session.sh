@@ -36,19 +36,29 @@
 #    instructions a stage at 128 rows, 567 -> 376 at 64, 434 -> 307 at 32, 279 -> 221 at 16. The
 #    128-row producer was busy nearly all of NVFP4's K loop (lab stamps, fr_widen_rows' note).
 #    Predicted: NVFP4 fwd -5-15 % at T >= 512 (split and mega), -3-8 % at decode (issue-bound
-#    there). Built together with W as WN (W touches the E4M3 paths only, N the NVFP4 one: their
+#    there). Built together with W and X as WNX (W and X touch the E4M3 paths only, N the NVFP4 one: their
 #    cells tell them apart).
+#    X, dev/drafts/rs_tile_e4m3_high_halves.patch (on main; with W: rs_tile_widen_immediates_e4m3_halves.patch,
+#    W + X in one, as the two touch neighbouring lines): every E4M3 pair's cvt.rn.f16x2.e4m3x2 takes
+#    its 16 bits from a PTX split of the word (mov.b32 {l, h}), so ptxas reads a high pair as the
+#    register's upper half (F2FP ... R.H1) instead of shifting it first (SHF a pair). SASS (one
+#    instance builds): the consumer K loop -32 instructions a stage in every E4M3-weight instance
+#    (MXFP8 128 rows 339 -> 307, FP8-BLOCK 128 406 -> 374, MXFP8 16 354 -> 322, FP8-BLOCK 64
+#    341 -> 309), the 128-row producer -32 (W4A8 / MXFP8 487 -> 455; with W ~418), ptxas-clean.
+#    Predicted: MXFP8 / FP8-BLOCK -1-4 % at T >= 512 (the consumers are the tile's critical path
+#    there), ~0-2 % at decode (E4M3 decode waits for its weights). Built with W and N as WNX.
 #    build-d50/ (ignored, this machine only): moe_ep_H (main's kernels), moe_ep_D, moe_ep_EF,
-#    moe_ep_WN, test_tiles_WN, test_device_codec_N, test_split_DEWFN (D + E + W + F + N together).
+#    moe_ep_WNX, test_tiles_WNX, test_device_codec_N, test_split_DEWFNX (all six together).
 #    Elsewhere rebuild: apply the patch(es), `cmake --build build --target moe_ep_tool test_split
-#    test_tiles test_device_codec`, gzip. Runs test_device_codec (N) and test_tiles (W + N), test_split
-#    (split, mega) of all five at full size, then `scripts/ab.sh 2` H / D / EF / WN of mega, MXFP8
-#    and W4A8, flash / pro, T = 8, 512, 8192 (~6 min). Then `dev/next_session.sh nvfp4` (same carry,
-#    ~3 min): H / WN on NVFP4, split and mega, T = 8, 64, 512, 8192.
+#    test_tiles test_device_codec`, gzip. Runs test_device_codec (N) and test_tiles (W + N + X),
+#    test_split (split, mega) of all six at full size, then `scripts/ab.sh 2` H / D / EF / WNX of
+#    mega, MXFP8 and W4A8, flash / pro, T = 8, 512, 8192 (~6 min). Then `dev/next_session.sh nvfp4`
+#    (same carry, ~3 min): H / WNX on NVFP4, split and mega, T = 8, 64, 512, 8192; FP8-BLOCK (X)
+#    with the second A/B below.
 #    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
 #    table); FP8-BLOCK and bf16 cells in a second A/B call for what won; then the suite: if all
-#    five merge, `dev/next_session.sh suite50` (carry build-suite50, 45 MB: the 6 GPU test binaries of
-#    main + all five, built on the CI machine, and their tool moe_ep_ALL.gz for the tables; ~2 min,
+#    six merge, `dev/next_session.sh suite50` (carry build-suite50, 45 MB: the 6 GPU test binaries of
+#    main + all six, built on the CI machine, and their tool moe_ep_ALL.gz for the tables; ~2 min,
 #    no device build) runs them as ctest's gpu
 #    label does; else scripts/device.sh test (~400 s with the device build).
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
@@ -69,8 +79,8 @@
 #    epilogue (SwiGLU + encode, after the K loop, overlapping nothing) was 44 600 of a 196 000-cycle
 #    MXFP8 tile before its chunks (fc94933, docs/benchmarks.md); not stamped since. Stamp it first:
 #    `dev/next_session.sh stamps` (carry build-carry, ~3-4 min: dev/wgmma_lab/rs_tile.cu's default
-#    set, built here from main and from main + W + N: the 128-row tiles' stage, producer waits and
-#    epilogue in cycles, and what W / N do to them in isolation). If the epilogue is still
+#    set, built here from main and from main + W + N + X: the 128-row tiles' stage, producer waits and
+#    epilogue in cycles, and what W / N / X do to them in isolation). If the epilogue is still
 #    >= 10 % of the tile, the fix is structural (consumer warpgroups ping-ponging whole tiles, one's
 #    epilogue beside the other's K loop; or C in quarters of 33 KB beside the 170 KB ring, so the
 #    producer fills the next tile's ring during the epilogue), as design.md's twenty-third session
@@ -102,24 +112,24 @@ if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan 
   exit 0
 fi
 if [ "${1:-}" = dispatch ]; then # carry build-d50: the drafts' tests, then mega's A/B
-  for b in test_device_codec_N test_tiles_WN test_split_DEWFN moe_ep_H moe_ep_D moe_ep_EF moe_ep_WN; do
+  for b in test_device_codec_N test_tiles_WNX test_split_DEWFNX moe_ep_H moe_ep_D moe_ep_EF moe_ep_WNX; do
     carried build-d50/$b || exit 1
   done
-  for t in test_device_codec_N:60 test_tiles_WN:150; do
+  for t in test_device_codec_N:60 test_tiles_WNX:150; do
     timeout ${t#*:} build-d50/${t%%:*} > $O/${t%%:*}.log 2>&1; rc=$?
     echo "${t%%:*} rc=$rc $(tail -1 $O/${t%%:*}.log)"
     [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/${t%%:*}.log | head -40; exit 1; }
   done
-  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEWFN > $O/DEWFN_split.log 2>&1; rc=$?
-  echo "test_split (D + E + W + F + N; split, mega) rc=$rc $(tail -1 $O/DEWFN_split.log)"
-  grep -h "large offsets" $O/DEWFN_split.log | head -1
-  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEWFN_split.log | head -40; exit 1; }
-  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_WN -- \
+  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d50/test_split_DEWFNX > $O/DEWFNX_split.log 2>&1; rc=$?
+  echo "test_split (D + E + F + W + N + X; split, mega) rc=$rc $(tail -1 $O/DEWFNX_split.log)"
+  grep -h "large offsets" $O/DEWFNX_split.log | head -1
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/DEWFNX_split.log | head -40; exit 1; }
+  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_D build-d50/moe_ep_EF build-d50/moe_ep_WNX -- \
     --paths mxfp8,w4a8 --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -16
   echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = suite50 ]; then # carry build-suite50: the GPU tests of main + D + E + F + W + N, as ctest's gpu label
+if [ "${1:-}" = suite50 ]; then # carry build-suite50: the GPU tests of main + D + E + F + W + N + X, as ctest's gpu label
   for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu test_split; do
     carried build-suite50/$b || exit 1
     timeout 300 build-suite50/$b > $O/s50_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s50_$b.log)"
@@ -130,17 +140,17 @@ if [ "${1:-}" = suite50 ]; then # carry build-suite50: the GPU tests of main + D
   echo "suite50 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = stamps ]; then # carry build-carry: the kernel lab's stamps of the 128-row tiles, main and W + N
-  chmod +x build-carry/rs_tile_stamps build-carry/rs_tile_stamps_WN
-  for v in rs_tile_stamps rs_tile_stamps_WN; do
+if [ "${1:-}" = stamps ]; then # carry build-carry: the kernel lab's stamps of the 128-row tiles, main and main + W + N + X
+  chmod +x build-carry/rs_tile_stamps build-carry/rs_tile_stamps_WNX
+  for v in rs_tile_stamps rs_tile_stamps_WNX; do
     timeout 200 build-carry/$v > $O/$v.txt 2>&1; echo "== $v rc=$?"; grep -v "^ *$" $O/$v.txt | tail -24 | cut -c1-200
   done
   echo "stamps $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = nvfp4 ]; then # carry build-d50 (after `dispatch` passed its tests): N's cells, split and mega
-  for b in moe_ep_H moe_ep_WN; do carried build-d50/$b || exit 1; done
-  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_WN -- --paths nvfp4 --backends split,mega \
+  for b in moe_ep_H moe_ep_WNX; do carried build-d50/$b || exit 1; done
+  scripts/ab.sh 2 build-d50/moe_ep_H build-d50/moe_ep_WNX -- --paths nvfp4 --backends split,mega \
     --geometry ds-v4-flash,ds-v4-pro --tokens 8,64,512,8192 --iters 10 2>&1 | tail -20
   echo "nvfp4 $(( $(date +%s) - t0 )) s"
   exit 0
