@@ -102,6 +102,13 @@ struct mega_tile_hook {
     }
 };
 
+/* Whether the tile that claimed this item saw its inputs (mega_tile_hook::claimed): no wait then. */
+template <int MODE>
+__device__ __forceinline__ bool claim_saw_inputs(const mega_shared *sh)
+{
+    return MEGA_DEFERS(MODE) && sh->dep_item == sh->item;
+}
+
 template <int BM, int MODE, int SB, bool FIRST>
 __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
 {
@@ -110,10 +117,10 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
     {
         const mega_ctx c = ctx_of(a, sh);
         gemm_item_tile<MODE>(c, a.d.E, FIRST ? c.n1 : c.n2, i, e, mt, n0);
-#ifdef MOE_EP_MEGA_TRACE /* the trace's stall of a GEMM item: 1 where it took block_wait (its claim saw no inputs) */
-        if (threadIdx.x == 0) sh->trace_stall = MEGA_DEFERS(MODE) && sh->dep_item == sh->item ? 0 : 1;
+#ifdef MOE_EP_MEGA_TRACE /* the trace's stall of a GEMM item: 1 where it takes block_wait */
+        if (threadIdx.x == 0) sh->trace_stall = claim_saw_inputs<MODE>(sh) ? 0 : 1;
 #endif
-        bool ok = (MEGA_DEFERS(MODE) && sh->dep_item == sh->item) ||
+        bool ok = claim_saw_inputs<MODE>(sh) ||
                   (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                          : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
         if (!ok) return false;
