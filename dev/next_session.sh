@@ -3,7 +3,7 @@
 # kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
 # then the EP8 bench, docs/benchmarks.md). Calls, in order of value (carry build-carry unless said):
 # 0. `dev/next_session.sh dispatch` (carry build-d50 instead, 55 MB with the tree; ~6 min, no device
-#    build). Three drafts, each built on the CI machine with every instance ptxas-clean, NOT run:
+#    build). Six drafts, each built on the CI machine with every instance ptxas-clean, NOT run:
 #    D, dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a): the dispatch item encodes each
 #    token's row once into shared memory and warp 0 stores its K copies by bulk copies
 #    (cp.async.bulk.global.shared::cta), where it stored K copies from registers. Predicted: the
@@ -40,8 +40,8 @@
 #    Predicted: NVFP4 fwd -5-15 % at T >= 512 (split and mega), -3-8 % at decode (issue-bound
 #    there). Built together with W and X as WNX (W and X touch the E4M3 paths only, N the NVFP4 one: their
 #    cells tell them apart).
-#    X, dev/drafts/rs_tile_e4m3_high_halves.patch (on main; with W: rs_tile_widen_immediates_e4m3_halves.patch,
-#    W + X in one, as the two touch neighbouring lines): every E4M3 pair's cvt.rn.f16x2.e4m3x2 takes
+#    X, dev/drafts/rs_tile_e4m3_high_halves.patch (on main; W, N apply on it in either order; one
+#    helper fr_e4m3x2 in rs_mults.cuh for every E4M3 pair): every E4M3 pair's cvt.rn.f16x2.e4m3x2 takes
 #    its 16 bits from a PTX split of the word (mov.b32 {l, h}), so ptxas reads a high pair as the
 #    register's upper half (F2FP ... R.H1) instead of shifting it first (SHF a pair). SASS (one
 #    instance builds): the consumer K loop -32 instructions a stage in every E4M3-weight instance
