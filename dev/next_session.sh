@@ -58,11 +58,42 @@
 #    (same carry, ~3 min): H / WNX on NVFP4, split and mega, T = 8, 64, 512, 8192; FP8-BLOCK (X)
 #    with the second A/B below.
 #    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
-#    table); FP8-BLOCK and bf16 cells in a second A/B call for what won; then the suite: if all
-#    six merge, `dev/next_session.sh suite50` (carry build-suite50, 45 MB: the 6 GPU test binaries of
-#    main + all six, built on the CI machine, and their tool moe_ep_ALL.gz for the tables; ~2 min,
-#    no device build) runs them as ctest's gpu
-#    label does; else scripts/device.sh test (~400 s with the device build).
+#    table); FP8-BLOCK and bf16 cells in a second A/B call for what won; then the suite (after 0b):
+#    if all six and C merge, `dev/next_session.sh suite51` (carry build-suite51, 43 MB: the 6 GPU
+#    test binaries of main + the six + C, built on the CI machine, and their tool moe_ep_ALL.gz for
+#    the tables; ~2 min, no device build); the six without C: `suite50` (carry build-suite50);
+#    either runs them as ctest's gpu label does; else scripts/device.sh test (~400 s with the
+#    device build). Order by value with ~27 min of device time after the cold start: dispatch,
+#    chunks, nvfp4, the suite, chunks2.
+# 0b. Draft C, dev/drafts/chunk_encoders_shortcuts.patch (fifty-first session, on 65ca5de; no device
+#    then either): the chunk encoders (rows.cuh encode_chunk: GEMM1's SwiGLU + requant epilogue by
+#    chunks, GEMM2's MXFP8 wire, the dispatch's quantization) with the same bytes in fewer
+#    instructions: the block's amax and NaN / inf flags as one NaN-propagating max (one shuffle a
+#    step, not two), the MX scale byte from amax's bits (no IEEE division; test_codec checks every
+#    fp32 pattern against moe_ep_ue8m0_for_amax), E4M3 bytes two a cvt without the per-value NaN
+#    test (the block's flag settles it), E2M1 codes by one rounding against a magic number
+#    (moe_ep_e2m1_code_clamped, checked on every fp32 pattern: ~13 instructions a value where the
+#    seven compares took ~35), NVFP4's scale decoded by the cvt and 1 / S once per epilogue, and the
+#    register tiles' GEMM1 SwiGLU with ex2 / rcp .ftz (moe_ep_swiglu_ftz: the same bits, as
+#    test_device_codec checks on 2^24 gates). SASS of the 128-row chunk epilogue alone (one
+#    instance, static, per lane iteration of 8 outputs): MXFP8 GEMM1 558 -> 370, FP8-BLOCK 578 -> 360,
+#    NVFP4 ~833 -> ~440 (+ a cold fallback for 1 / S subnormal), MXFP8 wire 409 -> 279; dispatch
+#    MXFP8 474 -> 345, FP8-BLOCK 498 -> 331. Full mega.cu build: every instance without spills or
+#    C75xx (the .ftz SwiGLU in the bf16 wgmma tile's dead FP8-BLOCK branch had made ptxas serialise
+#    mega's 128-row bf16 wgmmas, C7515: kept out of the bf16 tiles). Predicted: MXFP8 / W4A8 / NVFP4
+#    -1-3 % at T >= 512 (the 128-row GEMM1 epilogue ~10-12 % of the tile, ~35-45 % fewer
+#    instructions), FP8-BLOCK -0.5-2 %, bf16 none; decode -0-1 % (the dispatch's encode). Run
+#    `dev/next_session.sh chunks` (carry build-d51: moe_ep_H = main's kernels, moe_ep_C, the tests
+#    test_device_codec_C / test_tiles_C / test_split_C; ~6 min), then `chunks2` (pro, FP8-BLOCK, bf16;
+#    ~4 min). C applies on main and with the six drafts above (any order checked). `chunks` first
+#    runs the epilogue alone (dev/wgmma_lab/epilogue_rate.cu, now with the register tile's 128-row
+#    QGLU form; seconds) built from main (H), C and C2 = C + dev/drafts/chunk_epilogue_two_in_flight.patch
+#    (`#pragma unroll 2` on the 128-row chunk loop: two chunks in flight a lane, as the epilogue ran
+#    at IPC ~0.4 a scheduler, waiting on latency more than on issue; lab build 54-58 registers, no
+#    spills; not built into the library yet): predicted C 0.55-0.7 of H's cycles for MXFP8 / NVFP4
+#    GEMM1 QGLU, ~0.7 FP8-BLOCK, 0.6-0.7 the MXFP8 wire; C2 a further 0.8-0.9 if latency binds. If
+#    C2 wins by > 10 %, build it into the library (scripts/ptxas_mega.sh full: the 128-row
+#    instances' registers) for the next A/B.
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry were rebuilt in the fiftieth session from
 #    main's kernels (a914f61): moe_ep_A.gz = build-d50's moe_ep_H.gz, moe_ep_T.gz = build-t50c's
@@ -131,15 +162,46 @@ if [ "${1:-}" = dispatch ]; then # carry build-d50: the drafts' tests, then mega
   echo "dispatch $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = suite50 ]; then # carry build-suite50: the GPU tests of main + D + E + F + W + N + X, as ctest's gpu label
-  for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu test_split; do
-    carried build-suite50/$b || exit 1
-    timeout 300 build-suite50/$b > $O/s50_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s50_$b.log)"
+if [ "${1:-}" = chunks ]; then # carry build-d51: draft C's tests, then its A/B (MX paths and NVFP4)
+  for b in test_device_codec_C test_tiles_C test_split_C moe_ep_H moe_ep_C; do carried build-d51/$b || exit 1; done
+  for t in test_device_codec_C:90 test_tiles_C:150; do
+    timeout ${t#*:} build-d51/${t%%:*} > $O/${t%%:*}.log 2>&1; rc=$?
+    echo "${t%%:*} rc=$rc $(tail -1 $O/${t%%:*}.log)"; grep -h "^  " $O/${t%%:*}.log | head -6
+    [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/${t%%:*}.log | head -40; exit 1; }
   done
-  MOE_EP_TEST_BACKENDS=split,mega timeout 400 build-suite50/test_split > $O/s50_split_mega.log 2>&1
-  echo "test_split (split, mega) rc=$? $(tail -1 $O/s50_split_mega.log)"; grep -h "large offsets" $O/s50_split*.log | head -2
-  grep -h -B2 -A4 FAIL $O/s50_*.log | head -40
-  echo "suite50 $(( $(date +%s) - t0 )) s"
+  for v in H C C2; do # the epilogue alone (dev/wgmma_lab/epilogue_rate.cu): cycles per 128-row tile
+    chmod +x build-d51/epilogue_rate_$v; timeout 60 build-d51/epilogue_rate_$v > $O/epi_$v.txt 2>&1 || echo "epilogue_rate_$v rc=$?"
+  done
+  paste $O/epi_H.txt $O/epi_C.txt $O/epi_C2.txt | awk -F'\t' '/cycles per tile/ {
+    h = $1; sub(/ cycles.*/, "", h); sub(/.* /, "", h); c = $2; sub(/ cycles.*/, "", c); sub(/.* /, "", c);
+    c2 = $3; sub(/ cycles.*/, "", c2); sub(/.* /, "", c2); name = $1; sub(/ +[0-9.]+ cycles.*/, "", name);
+    printf "%-46s H %7s  C %7s (%.3f)  C2 %7s (%.3f)\n", name, h, c, c / h, c2, c2 / h }'
+  MOE_EP_TEST_BACKENDS=split,mega timeout 220 build-d51/test_split_C > $O/C_split.log 2>&1; rc=$?
+  echo "test_split (C; split, mega) rc=$rc $(tail -1 $O/C_split.log)"
+  [ $rc -eq 0 ] || { grep -h -B2 -A4 FAIL $O/C_split.log | head -40; exit 1; }
+  scripts/ab.sh 2 build-d51/moe_ep_H build-d51/moe_ep_C -- --paths mxfp8,w4a8,nvfp4 --backends split,mega \
+    --geometry ds-v4-flash --tokens 8,512,8192 --iters 10 2>&1 | tail -20
+  echo "chunks $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = chunks2 ]; then # carry build-d51 (after `chunks` passed): C on FP8-BLOCK and bf16, and pro
+  for b in moe_ep_H moe_ep_C; do carried build-d51/$b || exit 1; done
+  scripts/ab.sh 2 build-d51/moe_ep_H build-d51/moe_ep_C -- --paths fp8_block,bf16,mxfp8 --backends split,mega \
+    --geometry ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -20
+  echo "chunks2 $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = suite50 ] || [ "${1:-}" = suite51 ]; then # carry build-$1: the GPU tests as ctest's gpu label
+  # runs them; build-suite50: main + D + E + F + W + N + X; build-suite51: the same + C
+  S=build-$1
+  for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu test_split; do
+    carried $S/$b || exit 1
+    timeout 300 $S/$b > $O/s_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s_$b.log)"
+  done
+  MOE_EP_TEST_BACKENDS=split,mega timeout 400 $S/test_split > $O/s_split_mega.log 2>&1
+  echo "test_split (split, mega) rc=$? $(tail -1 $O/s_split_mega.log)"; grep -h "large offsets" $O/s_split*.log | head -2
+  grep -h -B2 -A4 FAIL $O/s_*.log | head -40
+  echo "$1 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "${1:-}" = stamps ]; then # carry build-carry: the kernel lab's stamps of the 128-row tiles, main and main + W + N + X

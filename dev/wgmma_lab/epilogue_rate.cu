@@ -4,7 +4,8 @@
  * serial epilogue (a thread per row and block) and the epilogue with CHUNKS
  * (epilogue_chunks, a lane per 8 columns, where epilogue_by_chunks picks it;
  * else the serial one again), GEMM1-like (SwiGLU, 128 outputs per row, the activation
- * formats) and GEMM2-like (256 outputs per row, the wire formats).
+ * formats) and GEMM2-like (256 outputs per row, the wire formats); QGLU: GEMM1 as the
+ * register tile's 128-row instance runs it (fr_epilogue_after: chunks for every quantized output).
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        epilogue_rate.cu -o epilogue_rate && ./epilogue_rate */
 #include "kernels/sm90/gemm_common.cuh"
@@ -16,7 +17,7 @@ extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *, 
 
 #define REPS 20
 
-template <bool CHUNKS, int NT>
+template <bool CHUNKS, int NT, bool QGLU>
 __global__ void __launch_bounds__(384, 1) epilogue_lab(gemm_args g, float scale, long long *cycles)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -29,17 +30,17 @@ __global__ void __launch_bounds__(384, 1) epilogue_lab(gemm_args g, float scale,
     __syncthreads();
     long long c0 = clock64();
     if (threadIdx.x < NT)
-        for (int r = 0; r < REPS; r++) epilogue<128, 256, CHUNKS>(g, C, (int64_t)blockIdx.x * 128, 128, 0, threadIdx.x, NT);
+        for (int r = 0; r < REPS; r++) epilogue<128, 256, CHUNKS, QGLU>(g, C, (int64_t)blockIdx.x * 128, 128, 0, threadIdx.x, NT);
     __syncthreads();
     if (threadIdx.x == 0) cycles[blockIdx.x] = clock64() - c0;
 }
 
-template <bool CHUNKS, int NT>
+template <bool CHUNKS, int NT, bool QGLU = false>
 static void run(const char *name, gemm_args g, float scale, long long *cyc, int sms)
 {
     const int smem = 128 * 260 * 4;
-    CHECK(cudaFuncSetAttribute(epilogue_lab<CHUNKS, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    epilogue_lab<CHUNKS, NT><<<sms, 384, smem>>>(g, scale, cyc);
+    CHECK(cudaFuncSetAttribute(epilogue_lab<CHUNKS, NT, QGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    epilogue_lab<CHUNKS, NT, QGLU><<<sms, 384, smem>>>(g, scale, cyc);
     double avg = lab_mean_cycles(name, cyc, sms);
     if (avg >= 0) printf("%-44s %7.0f cycles per tile\n", name, avg / REPS);
 }
@@ -73,6 +74,10 @@ int main(void)
             run<true, 256>(name, g, scale, b.cyc, b.sms);
             snprintf(name, sizeof name, "|C| < %3.0f %s CHUNKS, 384 thr", scale, c.name);
             run<true, 384>(name, g, scale, b.cyc, b.sms);
+            if (c.glu) { /* the register tile's 128-row epilogue (fr_epilogue_after): QGLU */
+                snprintf(name, sizeof name, "|C| < %3.0f %s QGLU, 384 thr", scale, c.name);
+                run<true, 384, true>(name, g, scale, b.cyc, b.sms);
+            }
         }
     return 0;
 }
