@@ -90,10 +90,13 @@
 #    QGLU form; seconds) built from main (H), C and C2 = C + dev/drafts/chunk_epilogue_two_in_flight.patch
 #    (`#pragma unroll 2` on the 128-row chunk loop: two chunks in flight a lane, as the epilogue ran
 #    at IPC ~0.4 a scheduler, waiting on latency more than on issue; lab build 54-58 registers, no
-#    spills; not built into the library yet): predicted C 0.55-0.7 of H's cycles for MXFP8 / NVFP4
-#    GEMM1 QGLU, ~0.7 FP8-BLOCK, 0.6-0.7 the MXFP8 wire; C2 a further 0.8-0.9 if latency binds. If
-#    C2 wins by > 10 %, build it into the library (scripts/ptxas_mega.sh full: the 128-row
-#    instances' registers) for the next A/B.
+#    spills): predicted C 0.55-0.7 of H's cycles for MXFP8 / NVFP4 GEMM1 QGLU, ~0.7 FP8-BLOCK,
+#    0.6-0.7 the MXFP8 wire; C2 a further 0.8-0.9 if latency binds. C2 does not build into the
+#    library as it is: split's bf16 grouped_gemm_wgmma<8> spilled 164 bytes (every 128-row chunk
+#    loop unrolled), and with the unroll only where FTZ (the register tiles' GEMM1) mega's
+#    <128, FP8_RS, 128> spilled 40 bytes and <128, WGMMA, 1> 20. If the lab shows C2 > 10 % faster,
+#    give fr_epilogue_after (the 128-row QGLU epilogue, __noinline__) its own unrolled loop and
+#    find the registers.
 # 1. `dev/next_session.sh` (no argument, ~4 min): diagnostics of mega's decode (kernel lab, item
 #    traces, T = 1..8). Its binaries in build-carry were rebuilt in the fiftieth session from
 #    main's kernels (a914f61): moe_ep_A.gz = build-d50's moe_ep_H.gz, moe_ep_T.gz = build-t50c's
