@@ -79,13 +79,15 @@
 #    instance, static, per lane iteration of 8 outputs): MXFP8 GEMM1 558 -> 370, FP8-BLOCK 578 -> 360,
 #    NVFP4 ~833 -> ~440 (+ a cold fallback for 1 / S subnormal), MXFP8 wire 409 -> 279; dispatch
 #    MXFP8 474 -> 345, FP8-BLOCK 498 -> 331. Full mega.cu build: every instance without spills or
-#    C75xx (the .ftz SwiGLU in the bf16 wgmma tile's dead FP8-BLOCK branch had made ptxas serialise
-#    mega's 128-row bf16 wgmmas, C7515: kept out of the bf16 tiles). Predicted: MXFP8 / W4A8 / NVFP4
-#    -1-3 % at T >= 512 (the 128-row GEMM1 epilogue ~10-12 % of the tile, ~35-45 % fewer
-#    instructions), FP8-BLOCK -0.5-2 %, bf16 none; decode -0-1 % (the dispatch's encode). Run
+#    C75xx (the .ftz SwiGLU in the bf16 wgmma tile's chunk epilogue, its FP8-BLOCK or bf16 branch,
+#    had made ptxas serialise mega's 128-row bf16 wgmmas, C7515: kept out of the bf16 tiles' chunks;
+#    their outputs from registers take it). Predicted: MXFP8 / W4A8 / NVFP4 -1-3 % at T >= 512 (the
+#    128-row GEMM1 epilogue ~10-12 % of the tile, ~35-45 % fewer instructions), FP8-BLOCK -0.5-2 %,
+#    bf16 0-1 % (its SwiGLU ~35 % of a GEMM1 tile's register epilogue); decode -0-1 % (the
+#    dispatch's encode). Run
 #    `dev/next_session.sh chunks` (carry build-d51: moe_ep_H = main's kernels, moe_ep_C, the tests
-#    test_device_codec_C / test_tiles_C / test_split_C; ~6 min), then `chunks2` (pro, FP8-BLOCK, bf16;
-#    ~4 min). C applies on main and with the six drafts above (any order checked). `chunks` first
+#    test_device_codec_C / test_tiles_C / test_split_C; ~6 min), then `chunks2` (FP8-BLOCK and bf16,
+#    flash and pro; ~5 min). C applies on main and with the six drafts above (any order checked). `chunks` first
 #    runs the epilogue alone (dev/wgmma_lab/epilogue_rate.cu, now with the register tile's 128-row
 #    QGLU form; seconds) built from main (H), C and C2 = C + dev/drafts/chunk_epilogue_two_in_flight.patch
 #    (`#pragma unroll 2` on the 128-row chunk loop: two chunks in flight a lane, as the epilogue ran
