@@ -74,8 +74,13 @@
 #    test (the block's flag settles it), E2M1 codes by one rounding against a magic number
 #    (moe_ep_e2m1_code_clamped, checked on every fp32 pattern: ~13 instructions a value where the
 #    seven compares took ~35), NVFP4's scale decoded by the cvt and 1 / S once per epilogue, and the
-#    register tiles' GEMM1 SwiGLU with ex2 / rcp .ftz (moe_ep_swiglu_ftz: the same bits, as
-#    test_device_codec checks on 2^24 gates). SASS of the 128-row chunk epilogue alone (one
+#    register tiles' GEMM1 SwiGLU and the bf16 tiles' GEMM1 outputs from registers (wg_bf16_pair)
+#    with ex2 / rcp .ftz (moe_ep_swiglu_ftz: the same bits, as test_device_codec checks on 2^24
+#    gates); the serial epilogue's E2M1 blocks (NVFP4 GEMM1 outputs where its chunks spill, the FP4
+#    wire's GEMM2 outputs but in the bf16 wgmma tiles) by the same shortcuts, a thread a 16-value
+#    block (e2m1_block16: ~420 instructions a block where ~980 were; test_device_codec checks them
+#    against the host codec on 2^16 blocks of wide magnitudes, NaN / inf / zero, two S; `chunks2`
+#    A/Bs the FP4 wire). SASS of the 128-row chunk epilogue alone (one
 #    instance, static, per lane iteration of 8 outputs): MXFP8 GEMM1 558 -> 370, FP8-BLOCK 578 -> 360,
 #    NVFP4 ~833 -> ~440 (+ a cold fallback for 1 / S subnormal), MXFP8 wire 409 -> 279; dispatch
 #    MXFP8 474 -> 345, FP8-BLOCK 498 -> 331. Full mega.cu build: every instance without spills or
@@ -87,13 +92,13 @@
 #    dispatch's encode). Run
 #    `dev/next_session.sh chunks` (carry build-d51: moe_ep_H = main's kernels, moe_ep_C, the tests
 #    test_device_codec_C / test_tiles_C / test_split_C; ~6 min), then `chunks2` (FP8-BLOCK and bf16,
-#    flash and pro; ~5 min). C applies on main and with the six drafts above (any order checked). `chunks` first
+#    flash and pro, and the FP4 wire; ~7 min). C applies on main and with the six drafts above (any order checked). `chunks` first
 #    runs the epilogue alone (dev/wgmma_lab/epilogue_rate.cu, now with the register tile's 128-row
 #    QGLU form; seconds) built from main (H), C and C2 = C + dev/drafts/chunk_epilogue_two_in_flight.patch
-#    (`#pragma unroll 2` on the 128-row chunk loop: two chunks in flight a lane, as the epilogue ran
-#    at IPC ~0.4 a scheduler, waiting on latency more than on issue; lab build 54-58 registers, no
-#    spills): predicted C 0.55-0.7 of H's cycles for MXFP8 / NVFP4 GEMM1 QGLU, ~0.7 FP8-BLOCK,
-#    0.6-0.7 the MXFP8 wire; C2 a further 0.8-0.9 if latency binds. C2 does not build into the
+#    (`#pragma unroll 2` on the 128-row chunk loop: two chunks in flight a lane; lab build 54-58
+#    registers, no spills): predicted C 0.55-0.7 of H's cycles for MXFP8 / NVFP4 GEMM1 QGLU, ~0.7
+#    FP8-BLOCK, 0.6-0.7 the MXFP8 wire; C2 ~1.0 of C (when the chunks came, unrolling two or four a
+#    lane changed nothing: docs/benchmarks.md, "not latency"; C2 asks again of the shorter chunks). C2 does not build into the
 #    library as it is: split's bf16 grouped_gemm_wgmma<8> spilled 164 bytes (every 128-row chunk
 #    loop unrolled), and with the unroll only where FTZ (the register tiles' GEMM1) mega's
 #    <128, FP8_RS, 128> spilled 40 bytes and <128, WGMMA, 1> 20. If the lab shows C2 > 10 % faster,
@@ -189,10 +194,12 @@ if [ "${1:-}" = chunks ]; then # carry build-d51: draft C's tests, then its A/B 
   echo "chunks $(( $(date +%s) - t0 )) s"
   exit 0
 fi
-if [ "${1:-}" = chunks2 ]; then # carry build-d51 (after `chunks` passed): C on FP8-BLOCK and bf16, and pro
+if [ "${1:-}" = chunks2 ]; then # carry build-d51 (after `chunks` passed): C on FP8-BLOCK, bf16, the FP4 wire
   for b in moe_ep_H moe_ep_C; do carried build-d51/$b || exit 1; done
-  scripts/ab.sh 2 build-d51/moe_ep_H build-d51/moe_ep_C -- --paths fp8_block,bf16,mxfp8 --backends split,mega \
-    --geometry ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -20
+  scripts/ab.sh 2 build-d51/moe_ep_H build-d51/moe_ep_C -- --paths fp8_block,bf16 --backends split,mega \
+    --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -28
+  scripts/ab.sh 2 build-d51/moe_ep_H build-d51/moe_ep_C -- --paths mxfp8,nvfp4 --backends split,mega --wire fp4 \
+    --geometry ds-v4-flash --tokens 512,8192 --iters 10 2>&1 | tail -12 # the serial epilogue's E2M1 blocks
   echo "chunks2 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
