@@ -59,7 +59,7 @@
 #    with the second A/B below.
 #    Merge each that passes and loses no cell (`git apply` the patch(es), commit, record the
 #    table); FP8-BLOCK and bf16 cells in a second A/B call for what won; then the suite (after 0b):
-#    if all six and C merge, `dev/next_session.sh suite51` (carry build-suite51, 43 MB: the 6 GPU
+#    if all six and C merge, `dev/next_session.sh suite51` (carry build-suite51, 45 MB: the 6 GPU
 #    test binaries of main + the six + C, built on the CI machine, and their tool moe_ep_ALL.gz for
 #    the tables; ~2 min, no device build); the six without C: `suite50` (carry build-suite50);
 #    either runs them as ctest's gpu label does; else scripts/device.sh test (~400 s with the
