@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device plan (fiftieth session; no device was lent in it). First `status`: if it lists a multi-GPU
-# kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
+# Device plan (fiftieth and fifty-first sessions; no machine started in either: the 51st got nine
+# "could not be started" answers). First `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
 # then the EP8 bench, docs/benchmarks.md). Calls, in order of value (carry build-carry unless said):
 # 0. `dev/next_session.sh dispatch` (carry build-d50 instead, 55 MB with the tree; ~6 min, no device
 #    build). Six drafts, each built on the CI machine with every instance ptxas-clean, NOT run:
