@@ -2,6 +2,12 @@
 # Device plan (fiftieth and fifty-first sessions; no machine started in either: the 51st got nine
 # "could not be started" answers). First `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
 # then the EP8 bench, docs/benchmarks.md). Calls, in order of value (carry build-carry unless said):
+# 00. Device time short (the 52nd session's budget went to failed starts, ~90 s each): first
+#    `dev/next_session.sh all52` (carry build-suite51, 54 MB: the six GPU tests of main + all seven
+#    drafts D, E, F, W, N, X, C together, then mega's A/B of main's kernels (moe_ep_H) against
+#    moe_ep_ALL on MXFP8 / W4A8 / NVFP4, flash / pro, T = 8, 512, 8192; ~6 min), then `all52b`
+#    (split's cells, mega's FP8-BLOCK / bf16). If the tests pass and ALL loses no cell: merge all
+#    seven (git apply the patches), record the tables; the per-draft A/Bs below then tell the parts.
 # 0. `dev/next_session.sh dispatch` (carry build-d50 instead, 55 MB with the tree; ~6 min, no device
 #    build). Six drafts, each built on the CI machine with every instance ptxas-clean, NOT run:
 #    D, dev/drafts/mega_dispatch_bulk_stores.patch (on 968d62a): the dispatch item encodes each
@@ -213,6 +219,32 @@ if [ "${1:-}" = suite50 ] || [ "${1:-}" = suite51 ]; then # carry build-$1: the 
   MOE_EP_TEST_BACKENDS=split,mega timeout 400 $S/test_split > $O/s_split_mega.log 2>&1
   echo "test_split (split, mega) rc=$? $(tail -1 $O/s_split_mega.log)"; grep -h "large offsets" $O/s_split*.log | head -2
   grep -h -B2 -A4 FAIL $O/s_*.log | head -40
+  echo "$1 $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "${1:-}" = all52 ] || [ "${1:-}" = all52b ]; then # carry build-suite51: all seven drafts at once (device time scarce)
+  # all52: the GPU tests of main + D + E + F + W + N + X + C (as suite51), then mega's A/B of main (H) against
+  # all seven (ALL) on the register-tile paths; all52b: split's cells and mega's FP8-BLOCK / bf16 (~6 min each)
+  S=build-suite51
+  for b in moe_ep_H moe_ep_ALL; do carried $S/$b || exit 1; done
+  if [ "$1" = all52 ]; then
+    for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu; do
+      carried $S/$b || exit 1
+      timeout 200 $S/$b > $O/s_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s_$b.log)"
+    done
+    carried $S/test_split || exit 1
+    MOE_EP_TEST_BACKENDS=split,mega timeout 240 $S/test_split > $O/s_split_mega.log 2>&1
+    echo "test_split (split, mega) rc=$? $(tail -1 $O/s_split_mega.log)"; grep -h "large offsets" $O/s_split_mega.log | head -1
+    grep -h -B2 -A4 FAIL $O/s_*.log | head -40
+    echo "tests $(( $(date +%s) - t0 )) s"
+    scripts/ab.sh 2 $S/moe_ep_H $S/moe_ep_ALL -- --paths mxfp8,w4a8,nvfp4 --backends mega \
+      --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -20
+  else
+    scripts/ab.sh 2 $S/moe_ep_H $S/moe_ep_ALL -- --paths mxfp8,w4a8,nvfp4 --backends split \
+      --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -20
+    scripts/ab.sh 2 $S/moe_ep_H $S/moe_ep_ALL -- --paths fp8_block,bf16 --backends mega \
+      --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -16
+  fi
   echo "$1 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
