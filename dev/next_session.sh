@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device plan (fiftieth to fifty-second sessions; no machine started in any: the 51st got nine
-# "could not be started" answers, the 52nd ten). First `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
+# "could not be started" answers, the 52nd fourteen). First `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
 # then the EP8 bench, docs/benchmarks.md). Calls, in order of value (carry build-carry unless said):
 # 00. Device time short (the 52nd session's budget went to failed starts, ~90 s each): first
 #    `dev/next_session.sh all52` (carry build-suite51, 54 MB: the six GPU tests of main + all seven
