@@ -147,6 +147,20 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
 t0=$(date +%s)
+# The GPU tests carried in DIR, one after another as ctest's gpu label runs them: each with
+# TIMEOUT s, then test_split with split and mega at full size (SPLIT_TIMEOUT s); EXTRA: more
+# binaries for the first loop (suite50 / suite51: test_split with its default backends too).
+gpu_tests() { # DIR TIMEOUT SPLIT_TIMEOUT [EXTRA...]
+  local S=$1 tmo=$2 split_tmo=$3 b; shift 3
+  for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu "$@"; do
+    carried $S/$b || exit 1
+    timeout $tmo $S/$b > $O/s_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s_$b.log)"
+  done
+  carried $S/test_split || exit 1
+  MOE_EP_TEST_BACKENDS=split,mega timeout $split_tmo $S/test_split > $O/s_split_mega.log 2>&1
+  echo "test_split (split, mega) rc=$? $(tail -1 $O/s_split_mega.log)"; grep -h "large offsets" $O/s_split*.log | head -2
+  grep -h -B2 -A4 FAIL $O/s_*.log | head -40
+}
 if [ "${1:-}" = asan ]; then # carry build-asan-carry: the host code under ASan / UBSan with a GPU
   export ASAN_OPTIONS=protect_shadow_gap=0:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$PWD/dev/lsan_cuda.supp
   for b in test_split test_nccl test_tiles test_fuzz_gpu; do carried build-asan-carry/$b || exit 1; done
@@ -211,14 +225,7 @@ if [ "${1:-}" = chunks2 ]; then # carry build-d51 (after `chunks` passed): C on 
 fi
 if [ "${1:-}" = suite50 ] || [ "${1:-}" = suite51 ]; then # carry build-$1: the GPU tests as ctest's gpu label
   # runs them; build-suite50: main + D + E + F + W + N + X; build-suite51: the same + C
-  S=build-$1
-  for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu test_split; do
-    carried $S/$b || exit 1
-    timeout 300 $S/$b > $O/s_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s_$b.log)"
-  done
-  MOE_EP_TEST_BACKENDS=split,mega timeout 400 $S/test_split > $O/s_split_mega.log 2>&1
-  echo "test_split (split, mega) rc=$? $(tail -1 $O/s_split_mega.log)"; grep -h "large offsets" $O/s_split*.log | head -2
-  grep -h -B2 -A4 FAIL $O/s_*.log | head -40
+  gpu_tests build-$1 300 400 test_split
   echo "$1 $(( $(date +%s) - t0 )) s"
   exit 0
 fi
@@ -228,14 +235,7 @@ if [ "${1:-}" = all52 ] || [ "${1:-}" = all52b ]; then # carry build-suite51: al
   S=build-suite51
   for b in moe_ep_H moe_ep_ALL; do carried $S/$b || exit 1; done
   if [ "$1" = all52 ]; then
-    for b in test_device_codec test_tile_wait test_tiles test_nccl test_fuzz_gpu; do
-      carried $S/$b || exit 1
-      timeout 200 $S/$b > $O/s_$b.log 2>&1; echo "$b rc=$? $(tail -1 $O/s_$b.log)"
-    done
-    carried $S/test_split || exit 1
-    MOE_EP_TEST_BACKENDS=split,mega timeout 240 $S/test_split > $O/s_split_mega.log 2>&1
-    echo "test_split (split, mega) rc=$? $(tail -1 $O/s_split_mega.log)"; grep -h "large offsets" $O/s_split_mega.log | head -1
-    grep -h -B2 -A4 FAIL $O/s_*.log | head -40
+    gpu_tests $S 200 240 # test_split with split and mega only: the device time
     echo "tests $(( $(date +%s) - t0 )) s"
     scripts/ab.sh 2 $S/moe_ep_H $S/moe_ep_ALL -- --paths mxfp8,w4a8,nvfp4 --backends mega \
       --geometry ds-v4-flash,ds-v4-pro --tokens 8,512,8192 --iters 10 2>&1 | tail -20
