@@ -158,6 +158,28 @@ MOE_EP_HD uint8_t moe_ep_e2m1_from_f32(float v)
     return (uint8_t)(sign | code);
 }
 
+/* moe_ep_e2m1_from_f32(moe_ep_clamp6(v)) for v not NaN, by one fp32 rounding
+ * (the GPU's chunk encoder; test_codec checks every fp32 bit pattern): |v|
+ * (at most 6) plus a magic number 1.5 * 2^(e + 22), e = |v|'s binade (0 below
+ * 1), whose ulp 2^(e - 1) is E2M1's step there (0.5 below 2, 1 below 4, 2 up
+ * to 6); the sum's bits minus the magic's are the steps n = rint(|v| / 2^(e - 1)),
+ * ties to even n, and the code is 2 e + n (n's parity is the code's). */
+MOE_EP_HD uint32_t moe_ep_e2m1_code_clamped(float v)
+{
+    uint32_t u = moe_ep_f2u(v), sign = (u >> 28) & 8u;
+    float a = moe_ep_absf(v);
+    a = a < MOE_EP_E2M1_MAX ? a : MOE_EP_E2M1_MAX;
+    uint32_t eb = moe_ep_f2u(a) >> 23;
+    eb = eb > 127u ? eb : 127u; /* biased: at least 1.0's */
+    float magic = moe_ep_u2f(((eb + 22u) << 23) | 0x400000u);
+#ifdef __CUDA_ARCH__
+    float t = __fadd_rn(a, magic);
+#else
+    float t = a + magic;
+#endif
+    return sign | (moe_ep_f2u(t) - moe_ep_f2u(magic) + 2u * (eb - 127u));
+}
+
 MOE_EP_HD float moe_ep_e2m1_to_f32(uint8_t c)
 {
     /* Values x2 for codes 0..7: 0 1 2 3 4 6 8 12. */
@@ -197,6 +219,21 @@ MOE_EP_HD uint8_t moe_ep_ue8m0_for_amax(float amax, float elem_max)
     if (b < 0) b = 0;
     if (b > 254) b = 254;
     return (uint8_t)b;
+}
+
+/* moe_ep_ue8m0_for_amax(amax, 448) without the division (the GPU's chunk
+ * encoder; test_codec checks every fp32 bit pattern). amax = M 2^E, M in
+ * [1, 2): amax / 448 = (M / 1.75) 2^(E - 8), so e = E - 8 for M <= 1.75, else
+ * E - 7; the quotient's rounding cannot reach 2^e from above, as amax's next
+ * value above 1.75 2^(E) gives a quotient 1.14 half-ulps past 2^e. Infinite
+ * (or NaN) amax: 254; amax below 2^-111 (q near fp32's subnormals): the
+ * division. amax >= 0. */
+MOE_EP_HD uint8_t moe_ep_ue8m0_for_amax_e4m3(float amax)
+{
+    uint32_t u = moe_ep_f2u(amax) & 0x7FFFFFFFu, eb = u >> 23;
+    if (eb >= 16u) return eb == 255u ? 254 : (uint8_t)(eb - 8u + ((u & 0x7FFFFFu) > 0x600000u));
+    if (u == 0u) return 0;
+    return moe_ep_ue8m0_for_amax(amax, MOE_EP_E4M3_MAX);
 }
 
 /* The multiplier 2^(127-b) that maps a block into the element range. */
@@ -411,6 +448,28 @@ MOE_EP_HD float moe_ep_swiglu(float g, float u, float c)
     return moe_ep_mul(silu, u);
 }
 
+#ifdef __CUDACC__
+/* moe_ep_swiglu's device bits with ex2.approx.ftz and rcp.approx.ftz: the
+ * same bits (tests/gpu/test_device_codec.cu) without __expf's and
+ * __fdividef's subnormal fix-ups: an exponent below -126 gives a subnormal e
+ * that 1 + e rounds away, and the divisor 1 + e is >= 1 (or NaN); the gate's
+ * clamp by a min. 7 instructions an output fewer. The register tiles' chunk
+ * epilogues and the bf16 tiles' outputs from registers (wg_bf16_pair) take
+ * it; the bf16 tiles' chunk epilogue keeps moe_ep_swiglu (with this form
+ * there ptxas serialised the wgmmas of mega's 128-row bf16 instance, C7515). */
+__device__ __forceinline__ float moe_ep_swiglu_ftz(float g, float u, float c)
+{
+    if (c > 0.0f) {
+        g = fminf(g, c); /* g < c ? g : c, a NaN g giving c included */
+        u = u < -c ? -c : (u > c ? c : u);
+    }
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(g, -1.44269504088896341f)));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(__fadd_rn(1.0f, e)));
+    return __fmul_rn(__fmul_rn(g, r), u);
+}
+#endif
+
 /* ---- The register tile's E2M1 fragment words ----------------------------- */
 
 /* One E2M1 pair byte (element 2j in the low nibble, 2j + 1 in the high;
@@ -421,6 +480,44 @@ MOE_EP_HD uint32_t moe_ep_e2m1x2_f16_bits(uint32_t b)
 {
     uint32_t x = (b | (b << 12)) & 0x000F000Fu; /* nibbles at bits 0 and 16 */
     return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
+}
+
+/* prmt.b32's generic form: byte n of the result is byte (s >> 4 n) & 7 of
+ * the eight bytes y:x (x's bytes 0-3), or, where bit 4 n + 3 of s is set,
+ * that byte's msb replicated over the byte. */
+MOE_EP_HD uint32_t moe_ep_prmt(uint32_t x, uint32_t y, uint32_t s)
+{
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(x), "r"(y), "r"(s));
+    return r;
+#else
+    uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) {
+        uint32_t c = (s >> (4 * n)) & 15, byte = (uint32_t)(v >> (8 * (c & 7))) & 0xFF;
+        if (c & 8) byte = byte & 0x80 ? 0xFF : 0;
+        r |= byte << (8 * n);
+    }
+    return r;
+#endif
+}
+
+/* A word of 8 E2M1 as rows store them (element e at bits 4 e .. 4 e + 3) as
+ * the four f16x2 of moe_ep_e2m1x2_f16_bits (o[b]: elements 2 b, 2 b + 1).
+ * Each element's f16 high byte (m << 1) | (s << 7): the magnitudes e1 e0 m
+ * looked up (bytes 0x0E0C0A08'06040200), the signs as sign-replicated bytes
+ * (element 2 k's sign is the msb of byte k of w << 4, element 2 k + 1's of
+ * byte k of w); then each pair spread into its halves' high bytes, the low
+ * bytes 0. 13 instructions a word where a byte at a time took ~33 (SASS of
+ * the NVFP4 128-row producer at a914f61). */
+MOE_EP_HD void moe_ep_e2m1_word_f16(uint32_t w, uint32_t o[4])
+{
+    const uint32_t mag = w & 0x77777777u, ws = w << 4;
+    const uint32_t lo = moe_ep_prmt(0x06040200u, 0x0E0C0A08u, mag) | (moe_ep_prmt(ws, w, 0xD9C8u) & 0x80808080u);
+    const uint32_t hi = moe_ep_prmt(0x06040200u, 0x0E0C0A08u, mag >> 16) | (moe_ep_prmt(ws, w, 0xFBEAu) & 0x80808080u);
+    o[0] = moe_ep_prmt(lo, 0u, 0x1404u), o[1] = moe_ep_prmt(lo, 0u, 0x3424u);
+    o[2] = moe_ep_prmt(hi, 0u, 0x1404u), o[3] = moe_ep_prmt(hi, 0u, 0x3424u);
 }
 
 /* A fragment word of four pair bytes p0..p3 (fp8_rs_tile.cuh: p0 / p1 the

@@ -145,6 +145,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_SMEM_ALIGN, (uint32_t)__cvta_generic_to_shared(smem));
         tile_wait_arm();
         sh->n_tok = -1, sh->tiles = -1, sh->next = -1;
+        if constexpr (MEGA_CLAIM_CHECKS(MODE)) sh->error = a.b.error, sh->claim_failed = 0;
         if constexpr (MEGA_DEFERS(MODE)) { /* for the register tile's hook (gemm_dependency), which has no args */
             sh->pending = nullptr, sh->dep_item = -1;
             sh->ready = a.counters + MOE_EP_MEGA_CTR_FIXED, sh->E = a.d.E, sh->n_send = n_send;
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
     for (;;) {
         MEGA_TRACE_CLOSE(sh);
         if (threadIdx.x == 0) {
-            const bool failed = moe_ep_dev_failed(a.b.error);
+            /* an item the last tile claimed: the error word as read then (mega_tile_hook::claimed) */
+            const bool failed = MEGA_CLAIM_CHECKS(MODE) && sh->next >= 0 ? sh->claim_failed != 0 : moe_ep_dev_failed(a.b.error);
             /* next: claimed ahead by the last GEMM item (the bf16 runs' end, the register tile's fr_claimed) */
             sh->item = failed ? -1 : sh->next >= 0 ? sh->next : atomicAdd(&a.counters[MOE_EP_MEGA_CTR_WORK], 1);
             sh->next = -1;
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
             if (MODE == MODE_WGMMA && p.gather) dispatch_sources(a, sh, i);
-            else dispatch_group<mega_act_format<MODE, SB>()>(a, p.xs, sh, i);
+            else dispatch_group<mega_act_format<MODE, SB>(), MEGA_BULK_STORES(MODE)>(a, p.xs, sh, i);
             continue;
         }
         i -= sh->n_groups;
@@ -244,7 +246,7 @@ static size_t staging_region(const moe_ep_split_dims_t &d)
  * always fits: moe_ep_mega_unsupported). */
 static mega_staging staging_for(size_t region, int64_t token_bytes, bool aligned)
 {
-    mega_staging st = {0, 0, (int)token_bytes, aligned ? 1 : 0, 0};
+    mega_staging st = {0, 0, (int)token_bytes, aligned ? 1 : 0, 0, 0, 0};
     int64_t fit = token_bytes > 0 ? (int64_t)region / token_bytes : 0;
     if (fit < 1) return st;
     if (fit >= 2 * MEGA_STAGES) st.stages = MEGA_STAGES, st.per_stage = (int)(fit / MEGA_STAGES);
@@ -264,6 +266,13 @@ static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
     moe_ep_format_t yf = moe_ep_wire_format(a->d.wire);
     int64_t db = moe_ep_row_data_bytes(yf, a->d.H), sb = moe_ep_row_scale_bytes(yf, a->d.H);
     p->xs = staging_for(region, 2 * (int64_t)a->d.H, x_aligned);
+    /* the encoded rows through shared memory: each token's row once, then its K
+     * copies by bulk stores (a scale row of a multiple of 16 bytes) */
+    moe_ep_format_t af = moe_ep_path_act_format(a->d.path);
+    int64_t od = moe_ep_row_data_bytes(af, a->d.H), os = moe_ep_act_scale_stride(af, a->d.H);
+    int64_t per = (int64_t)region / (MEGA_STAGES * 2 * (int64_t)a->d.H + 2 * (od + os));
+    if (MEGA_BULK_STORES(MODE) && p->xs.bulk && af != MOE_EP_FORMAT_BF16 && moe_ep_row_scale_bytes(af, a->d.H) == os && per >= 1)
+        p->xs.stages = MEGA_STAGES, p->xs.per_stage = (int)per, p->xs.out_data = (int)od, p->xs.out_bytes = (int)(od + os);
     p->ys = staging_for(region, a->d.K * (db + sb), db % 16 == 0 && sb % 16 == 0 && ((uintptr_t)a->b.y & 15) == 0 &&
                                                         ((uintptr_t)a->b.y_scales & 15) == 0);
     if (!p->ys.bulk) p->ys.stages = 0; /* the combine stages by bulk copies only */

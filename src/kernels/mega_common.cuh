@@ -27,6 +27,10 @@
  * instance but QGMMA's, whose 128-row kernel ptxas then serialised (C7511,
  * with any form of the protocol tried, 2026-12-01). */
 #define MEGA_DEFERS(m) (MODE_RS(m) && (m) != MODE_QG_RS)
+/* The item loop takes the error word as the tile read it when it claimed the
+ * next item (mega_tile_hook::claimed); not in FP8-BLOCK's 128-row instances,
+ * whose wgmmas ptxas then serialised (C7511). */
+#define MEGA_CLAIM_CHECKS(m) ((m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || MODE_RS(m))
 #define RS_FMT_OF(m) \
     ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
@@ -37,6 +41,10 @@
  * without holding registers (the timeline showed the register-fed loops at a
  * third of the copy bandwidth: one 16-byte load per thread in flight). */
 #define MEGA_STAGES 4
+/* The dispatch stores its encoded rows by bulk copies from shared memory
+ * (mega_staging.out_bytes); not in FP8-BLOCK's QGMMA instance, whose 128-row
+ * tile then serialised its wgmmas (C7511). */
+#define MEGA_BULK_STORES(m) ((m) != MODE_QG_RS)
 
 /* The activation format of an instance (SB: the FP8 tiles' scale block). */
 template <int MODE, int SB>
@@ -80,6 +88,8 @@ struct mega_shared {
     int32_t dep_item;                  /* an item claimed whose inputs are known to exist (-1: none) */
     int32_t *ready;                    /* a.counters' ready counters (the g1_done ones follow, E on) */
     int E, n_send;                     /* a.d.E; the send items before the count items */
+    const uint32_t *error;             /* a.b.error, read when the next item is claimed in a tile */
+    int claim_failed;                  /* the error word was set when the tile claimed sh->next */
 #ifdef MOE_EP_MEGA_TRACE
     int trace_kind; /* the open item's kind, -1: none */
     unsigned long long trace_t0, trace_tw, trace_stall;
@@ -245,6 +255,8 @@ struct mega_staging {
     int stages, per_stage, token_bytes;
     int bulk;      /* 1: bulk copies (16-byte aligned rows); 0: the block copies (dispatch only) */
     int sh_offset; /* the ring starts this many bytes before mega_shared (at the GEMM's shared memory) */
+    int out_data, out_bytes; /* dispatch: a token's encoded row (data, data + scale stride) staged in two
+                              * buffers after the ring and stored by bulk copies; 0: stored from registers */
 };
 
 /* p (or v), through an asm volatile: what a staged item derives from it

@@ -120,6 +120,22 @@ __device__ void copy_x_rows(const moe_ep_mega_args_t &a, const mega_shared *sh, 
     }
 }
 
+/* Warp 0, after the batch's encoded rows (tokens j0 .. j0 + n - 1 of the
+ * group, at od / os) are in shared memory: each row's K copies by bulk
+ * stores, one bulk group a lane. */
+__device__ void store_batch_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh,
+                                 const mega_staging &st, const uint8_t *od, const uint8_t *os, int first, int j0, int n)
+{
+    const int K = a.d.K, scale_bytes = st.out_bytes - st.out_data;
+    for (int i = threadIdx.x; i < n * K; i += 32) {
+        const int j = i / K, row = c.rows_s[j0 * K + i];
+        if (row < 0 || (a.absent_rank >= 0 && rank_of(sh->token_prefix, a.d.R, first + j0 + j) == a.absent_rank)) continue;
+        bulk_store(a.b.xq + (int64_t)row * st.out_data, od + (size_t)j * st.out_data, (uint32_t)st.out_data);
+        bulk_store(a.b.xq_scales + (int64_t)row * scale_bytes, os + (size_t)j * scale_bytes, (uint32_t)scale_bytes);
+    }
+    bulk_commit();
+}
+
 /* Dispatch item: tokens [g * dpi, ...) quantized once, written to each of
  * their rows. The group's bf16 rows move into shared memory by stages of
  * the ring (bulk copies, issued ahead while earlier stages are encoded; the
@@ -128,7 +144,7 @@ __device__ void copy_x_rows(const moe_ep_mega_args_t &a, const mega_shared *sh, 
  * stage are spread over the block; a warp's 32 chunks straddle tokens only
  * at a multiple of 16 chunks (H % 128 == 0), so a format block's lanes share
  * one token. */
-template <int AF>
+template <int AF, bool OUT>
 __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
 {
     sh = pinned(sh);
@@ -139,6 +155,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     const int first = g * sh->dpi, count = min(c.n_tok, first + sh->dpi) - first, lane = threadIdx.x % 32;
     const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
+    const int out_bytes = OUT ? pinned_int(st.out_bytes) : 0; /* > 0: rows staged, stored by bulk copies */
     if (threadIdx.x == 0 && st.bulk) {
         stage_begin(a, sh, st);
         for (int b = 0; b < min(batches, stages); b++)
@@ -152,6 +169,8 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         const int j0 = b * per_stage, n = min(per_stage, count - j0);
         int jj = threadIdx.x / chunks, ch = threadIdx.x - jj * chunks; /* token of the batch, 8-column chunk */
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
+        uint8_t *od = smem + (size_t)stages * stage_bytes + (size_t)(b & 1) * per_stage * out_bytes; /* data rows */
+        uint8_t *os = od + (size_t)per_stage * st.out_data;                                          /* scale rows */
         const uint32_t xs = smem_u32(x);
         if (st.bulk) {
             MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
@@ -170,15 +189,29 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
             const bool on = jj < n && (a.absent_rank < 0 || rank_of(sh->token_prefix, d.R, first + j0 + jj) != a.absent_rank);
             float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             if (on) load_bf16x8_shared(xs + 2u * (uint32_t)(jj * d.H + ch * 8), v);
-            dispatch_chunk(f, v, d.H, ch * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + (j0 + (on ? jj : 0)) * d.K,
-                           d.K, on);
+            if (out_bytes) { /* once, into the batch's staged row jj */
+                const enc_chunk en = encode_chunk(f, v, d.fc1_scale);
+                if (on) store_chunk(f, en, d.H, ch * 8, od, os, jj);
+            } else {
+                dispatch_chunk(f, v, d.H, ch * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + (j0 + (on ? jj : 0)) * d.K,
+                               d.K, on);
+            }
             for (ch += blockDim.x; ch >= chunks; ch -= chunks) jj++;
         }
+        if (out_bytes) {
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the rows, for the bulk stores */
+            if (threadIdx.x < 32) bulk_wait_all<true>(); /* the last batch's stores read: its buffer is the next one */
+        }
         __syncthreads(); /* stage s read by every thread */
+        if (out_bytes && threadIdx.x < 32) store_batch_rows(a, c, sh, st, od, os, first, j0, n);
         if (threadIdx.x == 0 && st.bulk && b + stages < batches)
             stage_x_rows(a, sh, smem + (size_t)s * stage_bytes, &sh->stage_full[s], first, j0 + stages * per_stage,
                          min(per_stage, count - j0 - stages * per_stage));
         if (++s == stages) s = 0, phase ^= 1;
+    }
+    if (out_bytes && threadIdx.x < 32) { /* the rows written before their expert's counter counts them */
+        bulk_wait_all<false>();
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
     }
     if (st.bulk) stage_end(a, sh, st);
     dispatch_signal(a, c, sh, first, count);

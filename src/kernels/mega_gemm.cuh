@@ -47,11 +47,15 @@ __device__ __forceinline__ int mega_spread_step(const mega_ctx &c, int e)
  * raises its pending counter before any wait that might need it (the item
  * loop, for every item but one whose inputs were seen to exist; the exit). */
 
-/* Thread 0, every thread's writes of the item ordered before it by a barrier. */
+/* Thread 0, every thread's writes of the item ordered before it by a
+ * barrier: the red's release (fence.acq_rel.gpu) publishes them too, since
+ * the PTX model's release is cumulative over what precedes it in causality
+ * order (the barrier included), as grid sync's one fence after its barrier
+ * relies on. No __threadfence before it: a fence.sc.gpu and an L1
+ * invalidation on thread 0, the 128-row tile's TMA issuer, every item. */
 __device__ __forceinline__ void release_pending(mega_shared *sh)
 {
     if (!sh->pending) return;
-    __threadfence();
     red_release_add(sh->pending, 1);
     sh->pending = nullptr;
 }
@@ -92,6 +96,9 @@ struct mega_tile_hook {
     {
         if constexpr (!MEGA_DEFERS(MODE)) return;
         mega_shared *sh = shared();
+        /* the item loop's failure check, here beside the consumers' work
+         * rather than on its own round trip between the items */
+        if constexpr (MEGA_CLAIM_CHECKS(MODE)) sh->claim_failed = moe_ep_dev_failed(sh->error);
         int32_t target = 0;
         const int32_t *ctr = gemm_dependency(sh, item, target);
         sh->dep_item = ctr && ld_acquire(ctr) >= target ? item : -1;

@@ -207,9 +207,8 @@ __device__ __forceinline__ void run_consume(const mega_params &p_, mega_shared *
         const int first = dq2[0] == 1, mt = dq2[2];
         mbar_arrive(&sh->run_empty[q & 1]);
         wg_consumer_barrier();
-        if (h == 1 && t == 0) { /* every consumer's stores before the barrier: one fence drains them (grid sync's pattern) */
+        if (h == 1 && t == 0) { /* every consumer's stores before the barrier: the release publishes them (release_pending) */
             const mega_ctx c = ctx_of(p.a, sh);
-            __threadfence();
             red_release_add(first ? &c.g1_done[mt] : &c.g2_done[mt], 1);
         }
     }

@@ -39,18 +39,91 @@ __device__ __forceinline__ void load_bf16x8_shared(uint32_t addr, float v[8])
     bf16x8_unpack(u, v);
 }
 
-/* amax (inf if any inf) and NaN / inf flags of the block of `lanes` lanes (a
- * power of 2 <= 32, aligned) holding v; every lane of the warp calls it. */
-__device__ __forceinline__ float block_amax_lanes(const float v[8], int lanes, int *nan, int *inf)
+/* max(a, b), NaN if either is NaN (max.NaN: fmaxf would drop it). */
+__device__ __forceinline__ float fmax_nan(float a, float b)
 {
-    float amax = moe_ep_block_amax(v, 8, nan, inf);
-    int flags = *nan | (*inf << 1);
-    for (int o = 1; o < lanes; o <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        flags |= __shfl_xor_sync(0xffffffffu, flags, o);
-    }
-    *nan = flags & 1, *inf = flags >> 1;
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+/* The amax of the block of `lanes` lanes (a power of 2 <= 32, aligned)
+ * holding v, every lane of the warp calling: NaN if any value is NaN, else inf
+ * if any is inf, else the largest |v| - moe_ep_block_amax's amax and flags in
+ * one value, so one shuffle a step. */
+__device__ __forceinline__ float block_amax_lanes(const float v[8], int lanes)
+{
+    float amax = fmax_nan(fmax_nan(fmax_nan(fabsf(v[0]), fabsf(v[1])), fmax_nan(fabsf(v[2]), fabsf(v[3]))),
+                          fmax_nan(fmax_nan(fabsf(v[4]), fabsf(v[5])), fmax_nan(fabsf(v[6]), fabsf(v[7]))));
+    for (int o = 1; o < lanes; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     return amax;
+}
+
+/* Four E4M3 bytes (v[0] lowest) of values that are not NaN: moe_ep_e4m3_from_f32's
+ * bytes (the same cvt, round to nearest even, saturating), two a cvt. */
+__device__ __forceinline__ uint32_t e4m3x4_satfinite(const float v[4], float mul)
+{
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(__fmul_rn(v[1], mul)), "f"(__fmul_rn(v[0], mul)));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(__fmul_rn(v[3], mul)), "f"(__fmul_rn(v[2], mul)));
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+/* Eight E2M1 codes of v times enc (not NaN), packed as nibbles (v[0] lowest):
+ * moe_ep_e2m1_from_f32(moe_ep_clamp6(v * enc)) each. */
+__device__ __forceinline__ uint32_t e2m1x8(const float v[8], float enc)
+{
+    uint32_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) w |= moe_ep_e2m1_code_clamped(__fmul_rn(v[i], enc)) << (4 * i);
+    return w;
+}
+
+/* Eight E2M1 codes (a byte each, q[0] first) as a word of nibbles, q[0] lowest. */
+__device__ __forceinline__ uint32_t e2m1_nibbles8(const uint8_t *q)
+{
+    uint32_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) w |= (uint32_t)q[i] << (4 * i);
+    return w;
+}
+
+/* moe_ep_nvfp4_encode_mul(sb, S) for sb not NaN, given inv_S = moe_ep_div(1, S)
+ * (once per loop: a division): the scale decoded by the cvt (every E4M3 is an
+ * f16). NaN sb: NaN (not finite). */
+__device__ __forceinline__ float nvfp4_encode_mul(uint8_t sb, float inv_S)
+{
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)sb));
+    const float s = __half2float(__ushort_as_half((unsigned short)h2));
+    return s == 0.0f ? 0.0f : moe_ep_div(1.0f, moe_ep_mul(s, inv_S));
+}
+
+/* encode_chunk's inv_S for format f: 1 / S for NVFP4 (a division), else unused. */
+__device__ __forceinline__ float nvfp4_inv_scale(moe_ep_format_t f, float S)
+{
+    return f == MOE_EP_FORMAT_NVFP4 ? moe_ep_div(1.0f, S) : 0.0f;
+}
+
+/* An E2M1 block's scale for its amax (NVFP4: the E4M3 byte, global scale S,
+ * inv_S = 1 / S; the FP4 wire: the bf16 bits) and *enc, the multiplier of its
+ * values; *exact: the shortcuts (e2m1x8) give the codec's bytes: no NaN (nor,
+ * FP4 wire, inf) in the block and enc finite (a huge S: 1 / S subnormal, enc
+ * inf, 0 * enc NaN), else the caller takes the codec. */
+__device__ __forceinline__ uint32_t e2m1_scale_for_amax(moe_ep_format_t f, float amax, float S, float inv_S,
+                                                        float *enc, bool *exact)
+{
+    if (f == MOE_EP_FORMAT_NVFP4) {
+        const uint8_t sb = moe_ep_nvfp4_scale_for_amax(amax, S);
+        *enc = nvfp4_encode_mul(sb, inv_S);
+        *exact = !moe_ep_isnan(amax) && moe_ep_isfinite(*enc);
+        return sb;
+    }
+    const uint16_t sb = moe_ep_fp4_wire_scale_for_amax(amax);
+    const float s = moe_ep_bf16_to_f32(sb);
+    *enc = s == 0.0f ? 0.0f : moe_ep_div(1.0f, s);
+    *exact = moe_ep_isfinite(amax) && moe_ep_isfinite(*enc);
+    return sb;
 }
 
 /* The encoded chunk of 8 values: `bytes` data bytes in q, the block scale (or
@@ -61,27 +134,91 @@ struct enc_chunk {
                           FP8-BLOCK scale */
 };
 
-__device__ __forceinline__ enc_chunk encode_chunk(moe_ep_format_t f, const float v[8], float S)
+/* A lane's 8 values of a block in format f (not bf16) with the block's amax
+ * (block_amax_lanes): the bytes and scale of the host's *_encode_part codecs
+ * (tests/gpu/test_device_codec.cu), with the divisions and per-value NaN tests
+ * taken out where the block's amax settles them (moe_ep_ue8m0_for_amax_e4m3,
+ * moe_ep_e2m1_code_clamped: test_codec checks every fp32 input). */
+__device__ __forceinline__ enc_chunk encode_chunk_scaled(moe_ep_format_t f, const float v[8], float amax, float S,
+                                                         float inv_S)
 {
     enc_chunk e = {make_uint4(0, 0, 0, 0), 0};
-    if (f == MOE_EP_FORMAT_BF16) {
-        e.q = make_uint4(moe_ep_pack_bf16x2(v[0], v[1]), moe_ep_pack_bf16x2(v[2], v[3]),
-                         moe_ep_pack_bf16x2(v[4], v[5]), moe_ep_pack_bf16x2(v[6], v[7]));
-        return e;
-    }
-    int nan, inf;
-    float amax = block_amax_lanes(v, moe_ep_format_block(f) / 8, &nan, &inf);
-    uint8_t q[8];
-    if (f == MOE_EP_FORMAT_MXFP8) e.scale = moe_ep_mxfp8_encode_part(v, 8, amax, nan, q);
-    else if (f == MOE_EP_FORMAT_FP8_BLOCK) e.scale = __float_as_uint(moe_ep_fp8_block_encode_part(v, 8, amax, nan || inf, q));
-    else if (f == MOE_EP_FORMAT_FP4_WIRE) e.scale = moe_ep_fp4_wire_encode_part(v, 8, amax, nan || inf, q);
-    else e.scale = moe_ep_nvfp4_encode_part(v, 8, S, amax, nan, q);
-    if (moe_ep_format_is_fp4(f)) {
-        for (int i = 0; i < 4; i++) e.q.x |= (uint32_t)(q[2 * i] | (q[2 * i + 1] << 4)) << (8 * i);
-    } else {
-        for (int i = 0; i < 4; i++) e.q.x |= (uint32_t)q[i] << (8 * i), e.q.y |= (uint32_t)q[4 + i] << (8 * i);
+    const bool nan = moe_ep_isnan(amax), finite = moe_ep_isfinite(amax);
+    if (f == MOE_EP_FORMAT_MXFP8) {
+        const uint8_t b = moe_ep_ue8m0_for_amax_e4m3(amax);
+        const float mul = moe_ep_ue8m0_encode_mul(b);
+        e.q.x = nan ? 0x7F7F7F7Fu : e4m3x4_satfinite(v, mul);
+        e.q.y = nan ? 0x7F7F7F7Fu : e4m3x4_satfinite(v + 4, mul);
+        e.scale = nan ? MOE_EP_UE8M0_NAN : b;
+    } else if (f == MOE_EP_FORMAT_FP8_BLOCK) {
+        if (!finite) {
+            e.q.x = e.q.y = 0x7F7F7F7Fu;
+            e.scale = 0x7FC00000u;
+            return e;
+        }
+        const float s = moe_ep_fp8_block_scale(amax), inv = moe_ep_div(1.0f, s);
+        e.q.x = e4m3x4_satfinite(v, inv), e.q.y = e4m3x4_satfinite(v + 4, inv);
+        e.scale = __float_as_uint(s);
+    } else { /* E2M1: NVFP4 or the FP4 wire */
+        float enc;
+        bool exact;
+        const uint32_t sb = e2m1_scale_for_amax(f, amax, S, inv_S, &enc, &exact);
+        if (!exact) { /* cold: the codec */
+            uint8_t q[8];
+            e.scale = f == MOE_EP_FORMAT_NVFP4 ? moe_ep_nvfp4_encode_part(v, 8, S, amax, nan, q)
+                                               : moe_ep_fp4_wire_encode_part(v, 8, amax, !finite, q);
+            e.q.x = e2m1_nibbles8(q);
+            return e;
+        }
+        e.q.x = enc == 0.0f ? 0u : e2m1x8(v, enc);
+        e.scale = sb;
     }
     return e;
+}
+
+/* A whole 16-value block in E2M1 (the serial epilogue: a thread a block) of
+ * format f, NVFP4 or the FP4 wire: the scale and the codes of the host's
+ * moe_ep_nvfp4_block_encode / moe_ep_fp4_wire_block_encode, the codes as
+ * nibbles (v[0] lowest) in *q; by the chunks' shortcuts, where the seven
+ * compares of each code took ~35 instructions. */
+__device__ __forceinline__ uint32_t e2m1_block16(moe_ep_format_t f, const float *v, float S, uint2 *q)
+{
+    float lo[8], hi[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) lo[i] = v[i], hi[i] = v[8 + i];
+    const float amax = fmax_nan(block_amax_lanes(lo, 1), block_amax_lanes(hi, 1));
+    float enc;
+    bool exact;
+    const uint32_t scale = e2m1_scale_for_amax(f, amax, S, nvfp4_inv_scale(f, S), &enc, &exact);
+    if (!exact) { /* cold: the codec */
+        uint8_t c[16];
+        const uint32_t sb = f == MOE_EP_FORMAT_NVFP4 ? moe_ep_nvfp4_block_encode(v, S, c) : moe_ep_fp4_wire_block_encode(v, c);
+        q->x = e2m1_nibbles8(c), q->y = e2m1_nibbles8(c + 8);
+        return sb;
+    }
+    q->x = enc == 0.0f ? 0u : e2m1x8(lo, enc);
+    q->y = enc == 0.0f ? 0u : e2m1x8(hi, enc);
+    return scale;
+}
+
+/* The chunk of 8 values v in format f; S, inv_S: NVFP4's global scale and
+ * nvfp4_inv_scale(f, S), which callers compute once, outside their loops (the
+ * compiler left the division inside). */
+__device__ __forceinline__ enc_chunk encode_chunk_of(moe_ep_format_t f, const float v[8], float S, float inv_S)
+{
+    if (f == MOE_EP_FORMAT_BF16) {
+        enc_chunk e = {make_uint4(moe_ep_pack_bf16x2(v[0], v[1]), moe_ep_pack_bf16x2(v[2], v[3]),
+                                  moe_ep_pack_bf16x2(v[4], v[5]), moe_ep_pack_bf16x2(v[6], v[7])),
+                       0};
+        return e;
+    }
+    return encode_chunk_scaled(f, v, block_amax_lanes(v, moe_ep_format_block(f) / 8), S, inv_S);
+}
+
+/* The same with 1 / S computed here (NVFP4: a division a chunk). */
+__device__ __forceinline__ enc_chunk encode_chunk(moe_ep_format_t f, const float v[8], float S)
+{
+    return encode_chunk_of(f, v, S, nvfp4_inv_scale(f, S));
 }
 
 /* Writes chunk h / 8 (elements h .. h + 7) of activation row `row`. */

@@ -307,6 +307,41 @@ static void test_ue8m0(void)
     EXPECT(isnan(moe_ep_ue8m0_to_f32(0xFF)), "UE8M0 0xFF is NaN");
 }
 
+/* The GPU chunk encoder's shortcuts (kernels/rows.cuh) against the codecs
+ * they replace, on every exponent of both signs with the mantissas around
+ * their thresholds and random ones; MOE_EP_TEST_EXHAUSTIVE=1: every fp32 bit
+ * pattern (~30 s, one check). The shortcuts take no NaN. Returns 1 where both agree. */
+static int chunk_shortcuts_agree(uint32_t u, int report)
+{
+    float x = from_bits(u), a = from_bits(u & 0x7FFFFFFFu);
+    if (isnan(x)) return 1;
+    uint8_t b = moe_ep_ue8m0_for_amax_e4m3(a), b_want = moe_ep_ue8m0_for_amax(a, MOE_EP_E4M3_MAX);
+    uint32_t c = moe_ep_e2m1_code_clamped(x), c_want = moe_ep_e2m1_from_f32(moe_ep_clamp6(x));
+    if (report) {
+        EXPECT(b == b_want, "ue8m0 for amax %a: %d, want %d", (double)a, b, b_want);
+        EXPECT(c == c_want, "E2M1 of %a: %u, want %u", (double)x, c, c_want);
+    }
+    return b == b_want && c == c_want;
+}
+
+static void test_chunk_shortcuts(uint64_t *rng)
+{
+    const char *env = getenv("MOE_EP_TEST_EXHAUSTIVE");
+    if (env && env[0] == '1') {
+        uint64_t bad = 0;
+        for (uint64_t u = 0; u <= 0xFFFFFFFFull; u++)
+            if (!chunk_shortcuts_agree((uint32_t)u, 0) && bad++ < 4) chunk_shortcuts_agree((uint32_t)u, 1);
+        EXPECT(bad == 0, "chunk shortcuts: %llu of 2^32 fp32 patterns differ", (unsigned long long)bad);
+        return;
+    }
+    const uint32_t mans[] = {0, 1, 2, 0x7FFFFF, 0x7FFFFE, 0x600000, 0x5FFFFF, 0x600001, 0x600002,
+                             0x400000, 0x3FFFFF, 0x400001, 0x200000, 0x1FFFFF, 0x200001, 0x100000};
+    for (uint32_t se = 0; se < 512; se++) {
+        for (size_t i = 0; i < sizeof mans / sizeof mans[0]; i++) chunk_shortcuts_agree(se << 23 | mans[i], 1);
+        for (int i = 0; i < 32; i++) chunk_shortcuts_agree(se << 23 | (uint32_t)(test_rand_u64(rng) & 0x7FFFFFu), 1);
+    }
+}
+
 /* ---- MX blocks ----------------------------------------------------------------- */
 
 /* Checks one 32-value block through the public API against the double reference,
@@ -951,6 +986,15 @@ static void test_e2m1_words(uint64_t *rng)
                    lo, hi, want_lo, want_hi);
         }
     }
+    /* a stored word's four pairs by byte lookups: every byte value in every place */
+    for (int i = 0; i < 4 * 256 * 4; i++) {
+        uint32_t w = (uint32_t)test_rand_u64(rng), p = (uint32_t)(i / 4) % 4, b = (uint32_t)(i / 16) % 256, o[4];
+        w = (w & ~(0xFFu << (8 * p))) | (b << (8 * p));
+        moe_ep_e2m1_word_f16(w, o);
+        for (int q = 0; q < 4; q++)
+            EXPECT(o[q] == moe_ep_e2m1x2_f16_bits((w >> (8 * q)) & 0xFF), "E2M1 word %08x pair %d: %08x, want %08x", w,
+                   q, o[q], moe_ep_e2m1x2_f16_bits((w >> (8 * q)) & 0xFF));
+    }
     /* and the f16x2 bits are the values x 2^-14 */
     for (uint32_t b = 0; b < 256; b++) {
         uint32_t h = moe_ep_e2m1x2_f16_bits(b);
@@ -973,6 +1017,7 @@ int main(void)
     test_e2m1();
     test_e2m1_words(&rng);
     test_ue8m0();
+    test_chunk_shortcuts(&rng);
     test_mx_blocks(MOE_EP_FORMAT_MXFP8);
     test_mx_blocks(MOE_EP_FORMAT_MXFP4);
     test_mx_random(&rng);

@@ -2,17 +2,22 @@
  *   - scalar rounding (fp32 -> E4M3, E2M1, bf16) over 2^24 bit patterns that
  *     cover every exponent, plus the specials (+-0, +-inf, NaN, 448 and its
  *     neighbours);
+ *   - the chunk epilogues' SwiGLU (moe_ep_swiglu_ftz) against moe_ep_swiglu's
+ *     device form, on 2^24 gates with and without the clamp; the serial
+ *     epilogue's E2M1 blocks (NVFP4, the FP4 wire) against the host's;
  *   - the dispatch's row encoder (rows.cuh: 8 values per lane, a block's amax
  *     shared across lanes by shuffles) against the host's whole-block
  *     encoders, for every activation format, on rows of random magnitudes
- *     with NaN and inf blocks among them.
+ *     with NaN and inf blocks among them;
+ *   - the register tile's E2M1 word decoder (byte lookups by prmt) against
+ *     the host's per-byte f16 bits, every 16-bit half in both places.
  * Outputs are poisoned before each run. Exits 77 without a usable GPU. */
 extern "C" {
 #include "test_util.h"
 }
 
 #include "formats/codec.h"
-#include "kernels/rows.cuh"
+#include "kernels/sm90/gemm_common.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -21,6 +26,131 @@ extern "C" {
 
 #define TEST_NAME "test_device_codec"
 #include "cuda_check.h"
+
+/* ---- SwiGLU: the chunk epilogues' .ftz form against moe_ep_swiglu's -------------- */
+
+__global__ void swiglu_pairs(const float *g, const float *u, int64_t n, float c, uint32_t *ftz, uint32_t *plain)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        ftz[i] = __float_as_uint(moe_ep_swiglu_ftz(g[i], u[i], c));
+        plain[i] = __float_as_uint(moe_ep_swiglu(g[i], u[i], c));
+    }
+}
+
+/* Gates over every exponent (2^24 bit patterns, specials first), up values
+ * random; with and without the clamp: the same bits (NaN as NaN). */
+static void test_swiglu(uint64_t *rng)
+{
+    const int64_t n = (int64_t)1 << 24;
+    float *g = (float *)malloc(n * 4), *u = (float *)malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)(i << 8) | (uint32_t)(test_rand_u64(rng) & 0xFFu);
+        memcpy(&g[i], &b, 4);
+        u[i] = test_rand_normal(rng, 4.0f);
+    }
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 10.0f, -10.0f, 87.0f, -87.0f, 87.5f, -87.5f,
+                              88.8f, -88.8f, 126.0f, -126.0f, 1e-40f, -1e-40f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) g[i] = specials[i];
+    u[1] = NAN, u[2] = INFINITY, u[3] = -INFINITY;
+    float *dg, *du;
+    uint32_t *dftz, *dplain;
+    CK(cudaMalloc(&dg, n * 4));
+    CK(cudaMalloc(&du, n * 4));
+    CK(cudaMalloc(&dftz, n * 4));
+    CK(cudaMalloc(&dplain, n * 4));
+    CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(du, u, n * 4, cudaMemcpyHostToDevice));
+    uint32_t *ftz = (uint32_t *)malloc(n * 4), *plain = (uint32_t *)malloc(n * 4);
+    const float clamps[] = {0.0f, 10.0f};
+    for (int ci = 0; ci < 2; ci++) {
+        CK(cudaMemset(dftz, 0xA5, n * 4));
+        CK(cudaMemset(dplain, 0x5A, n * 4));
+        swiglu_pairs<<<1024, 256>>>(dg, du, n, clamps[ci], dftz, dplain);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(ftz, dftz, n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(plain, dplain, n * 4, cudaMemcpyDeviceToHost));
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            const bool nan_a = (ftz[i] & 0x7FFFFFFFu) > 0x7F800000u, nan_b = (plain[i] & 0x7FFFFFFFu) > 0x7F800000u;
+            if (!(nan_a && nan_b) && ftz[i] != plain[i] && bad++ == 0) first = i;
+        }
+        EXPECT(bad == 0, "swiglu (clamp %g): %lld of %lld differ (first: g %a u %a: 0x%08x, moe_ep_swiglu 0x%08x)",
+               (double)clamps[ci], (long long)bad, (long long)n, first >= 0 ? g[first] : 0.0f,
+               first >= 0 ? u[first] : 0.0f, first >= 0 ? ftz[first] : 0u, first >= 0 ? plain[first] : 0u);
+    }
+    printf("  swiglu: %lld gates, clamp 0 / 10, moe_ep_swiglu's bits\n", (long long)n);
+    free(g), free(u), free(ftz), free(plain);
+    CK(cudaFree(dg));
+    CK(cudaFree(du));
+    CK(cudaFree(dftz));
+    CK(cudaFree(dplain));
+}
+
+/* ---- E2M1 blocks: the serial epilogue's encoder (store_out_block) ------------------ */
+
+__global__ void encode_e2m1_blocks(moe_ep_format_t f, const float *x, int64_t n, float S, uint8_t *data,
+                                   uint8_t *scales)
+{
+    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; 16 * b < n; b += (int64_t)gridDim.x * blockDim.x)
+        store_out_block(f, x + 16 * b, 16, 0, n, 16 * b, S, data, scales, 0);
+}
+
+/* Blocks of 16 with a magnitude each from 2^-140 to 2^120 (some all zero, some
+ * with a NaN or an inf) in NVFP4 (a usual S, and one whose 1 / S is
+ * subnormal) and the FP4 wire, against the host's whole-block encoders. */
+static void test_e2m1_blocks(uint64_t *rng)
+{
+    const int64_t n = (int64_t)1 << 20, blocks = n / 16;
+    float *x = (float *)malloc(n * 4), *dx;
+    for (int64_t b = 0; b < blocks; b++) {
+        const float m = ldexpf(1.0f, (int)(test_rand_u64(rng) % 261) - 140);
+        const int kind = (int)(test_rand_u64(rng) % 32), at = (int)(test_rand_u64(rng) % 16);
+        for (int i = 0; i < 16; i++) x[16 * b + i] = kind == 0 ? 0.0f : test_rand_normal(rng, 1.0f) * m;
+        if (kind == 1) x[16 * b + at] = NAN;
+        if (kind == 2) x[16 * b + at] = -INFINITY;
+        if (kind == 3) x[16 * b + at] = INFINITY;
+    }
+    uint8_t *hd = (uint8_t *)malloc(n / 2), *hs = (uint8_t *)malloc(blocks * 2), *gd = (uint8_t *)malloc(n / 2),
+            *gs = (uint8_t *)malloc(blocks * 2), *dd, *ds;
+    CK(cudaMalloc(&dx, n * 4));
+    CK(cudaMalloc(&dd, n / 2));
+    CK(cudaMalloc(&ds, blocks * 2));
+    CK(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice));
+    const struct {
+        moe_ep_format_t f;
+        float S;
+    } cases[] = {{MOE_EP_FORMAT_NVFP4, 2688.0f / 7.0f}, {MOE_EP_FORMAT_NVFP4, 3e38f}, {MOE_EP_FORMAT_FP4_WIRE, 1.0f}};
+    for (int ci = 0; ci < 3; ci++) {
+        const moe_ep_format_t f = cases[ci].f;
+        const int sbytes = f == MOE_EP_FORMAT_NVFP4 ? 1 : 2;
+        for (int64_t b = 0; b < blocks; b++) {
+            uint8_t q[16];
+            if (f == MOE_EP_FORMAT_NVFP4) {
+                hs[b] = moe_ep_nvfp4_block_encode(x + 16 * b, cases[ci].S, q);
+            } else {
+                uint16_t sc = moe_ep_fp4_wire_block_encode(x + 16 * b, q);
+                memcpy(hs + 2 * b, &sc, 2);
+            }
+            for (int i = 0; i < 8; i++) hd[8 * b + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+        }
+        CK(cudaMemset(dd, 0xA5, n / 2));
+        CK(cudaMemset(ds, 0xA5, blocks * 2));
+        encode_e2m1_blocks<<<256, 256>>>(f, dx, n, cases[ci].S, dd, ds);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(gd, dd, n / 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gs, ds, blocks * 2, cudaMemcpyDeviceToHost));
+        int64_t bad_d = 0, bad_s = 0;
+        for (int64_t i = 0; i < n / 2; i++) bad_d += gd[i] != hd[i];
+        for (int64_t i = 0; i < blocks * sbytes; i++) bad_s += gs[i] != hs[i];
+        EXPECT(bad_d == 0 && bad_s == 0, "E2M1 blocks, format %d (S %g): %lld data, %lld scale bytes differ", (int)f,
+               (double)cases[ci].S, (long long)bad_d, (long long)bad_s);
+    }
+    printf("  E2M1 blocks: %lld of 16, nvfp4 (two S) / fp4 wire, the host's bytes\n", (long long)blocks);
+    free(x), free(hd), free(hs), free(gd), free(gs);
+    CK(cudaFree(dx));
+    CK(cudaFree(dd));
+    CK(cudaFree(ds));
+}
 
 /* ---- scalars ---------------------------------------------------------------- */
 
@@ -74,11 +204,47 @@ static void test_scalars(uint64_t *rng)
     EXPECT(bad16 == 0, "bf16: %lld of %lld differ", (long long)bad16, (long long)n);
     printf("  scalars: %lld values, e4m3 / e2m1 / bf16 differences %lld / %lld / %lld\n", (long long)n,
            (long long)bad8, (long long)bad4, (long long)bad16);
+    test_swiglu(rng);
+    test_e2m1_blocks(rng);
     free(x), free(g8), free(g4), free(g16);
     CK(cudaFree(dx));
     CK(cudaFree(d8));
     CK(cudaFree(d4));
     CK(cudaFree(d16));
+}
+
+/* ---- E2M1 words: the register tile's decoder (prmt on the device) ---------------- */
+
+__global__ void e2m1_words(const uint32_t *w, int64_t n, uint32_t *o)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        moe_ep_e2m1_word_f16(w[i], o + 4 * i);
+}
+
+/* Every 16-bit half in both places (the other half random), against the host's per-byte bits. */
+static void test_e2m1_words(uint64_t *rng)
+{
+    const int64_t n = 2 * 65536;
+    uint32_t *w = (uint32_t *)malloc(n * 4), *g = (uint32_t *)malloc(n * 16), *dw, *dg;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t r = (uint32_t)test_rand_u64(rng), h = (uint32_t)(i % 65536);
+        w[i] = i < 65536 ? (r & 0xFFFF0000u) | h : (r & 0xFFFFu) | h << 16;
+    }
+    CK(cudaMalloc(&dw, n * 4));
+    CK(cudaMalloc(&dg, n * 16));
+    CK(cudaMemcpy(dw, w, n * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dg, 0xA5, n * 16));
+    e2m1_words<<<256, 256>>>(dw, n, dg);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(g, dg, n * 16, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int q = 0; q < 4; q++) bad += g[4 * i + q] != moe_ep_e2m1x2_f16_bits((w[i] >> (8 * q)) & 0xFF);
+    EXPECT(bad == 0, "E2M1 words: %lld of %lld pairs differ", (long long)bad, (long long)(4 * n));
+    printf("  E2M1 words: %lld words, %lld pairs differ\n", (long long)n, (long long)bad);
+    free(w), free(g);
+    CK(cudaFree(dw));
+    CK(cudaFree(dg));
 }
 
 /* ---- rows: the dispatch's encoder ----------------------------------------------- */
@@ -114,13 +280,16 @@ static void host_rows(moe_ep_format_t f, const uint16_t *x, int rows, int H, flo
         }
 }
 
-/* Rows of bf16 with a magnitude per 128-block from 2^-20 to 2^20, some blocks
- * holding a NaN or an inf, some all zero. */
+/* Rows of bf16 with a magnitude per 128-block from 2^-20 to 2^20 (every
+ * eighth block from 2^-140 to 2^120: subnormal bf16, and amax whose MX scale
+ * takes the division), some blocks holding a NaN or an inf, some all zero. */
 static void fill_rows(uint16_t *x, int rows, int H, uint64_t *rng)
 {
     test_fill_bf16(x, (int64_t)rows * H, 1.0f, rng);
     for (int64_t b = 0; b < (int64_t)rows * H / 128; b++) {
-        float m = ldexpf(1.0f, (int)(test_rand_u64(rng) % 41) - 20);
+        const bool wide = b % 8 == 7;
+        float m = wide ? ldexpf(1.0f, (int)(test_rand_u64(rng) % 261) - 140)
+                       : ldexpf(1.0f, (int)(test_rand_u64(rng) % 41) - 20);
         int kind = (int)(test_rand_u64(rng) % 16);
         for (int i = 0; i < 128; i++) {
             uint16_t *p = &x[b * 128 + i];
@@ -135,16 +304,18 @@ static void fill_rows(uint16_t *x, int rows, int H, uint64_t *rng)
 static void test_rows(uint64_t *rng)
 {
     const int rows = 64, H = 4096 + 128; /* not a multiple of the 256-thread block's 2048 elements */
-    const float S = 2688.0f / 7.0f;
     int64_t n = (int64_t)rows * H;
     uint16_t *x = (uint16_t *)malloc(n * 2), *dx;
     fill_rows(x, rows, H, rng);
     CK(cudaMalloc(&dx, n * 2));
     CK(cudaMemcpy(dx, x, n * 2, cudaMemcpyHostToDevice));
+    /* NVFP4 twice: a usual S, and one so large that 1 / S is subnormal (the encoder's
+     * fallback: zeros times an infinite multiplier) */
     const moe_ep_format_t fmts[] = {MOE_EP_FORMAT_BF16, MOE_EP_FORMAT_MXFP8, MOE_EP_FORMAT_FP8_BLOCK,
-                                    MOE_EP_FORMAT_NVFP4};
-    for (int fi = 0; fi < 4; fi++) {
+                                    MOE_EP_FORMAT_NVFP4, MOE_EP_FORMAT_NVFP4};
+    for (int fi = 0; fi < 5; fi++) {
         moe_ep_format_t f = fmts[fi];
+        const float S = fi == 4 ? 3e38f : 2688.0f / 7.0f;
         size_t db = (size_t)rows * moe_ep_row_data_bytes(f, H), sb = (size_t)rows * moe_ep_act_scale_stride(f, H);
         uint8_t *hd = (uint8_t *)malloc(db), *hs = (uint8_t *)calloc(sb + 1, 1);
         uint8_t *gd = (uint8_t *)malloc(db), *gs = (uint8_t *)calloc(sb + 1, 1), *dd, *ds;
@@ -161,14 +332,15 @@ static void test_rows(uint64_t *rng)
             size_t bad_d = 0, bad_s = 0;
             for (size_t i = 0; i < db; i++) bad_d += gd[i] != hd[i];
             for (size_t i = 0; i < sb; i++) bad_s += gs[i] != hs[i];
-            EXPECT(bad_d == 0 && bad_s == 0, "format %d, %d threads: %zu of %zu data bytes, %zu of %zu scale bytes differ",
-                   (int)f, threads, bad_d, db, bad_s, sb);
+            EXPECT(bad_d == 0 && bad_s == 0,
+                   "format %d (S %g), %d threads: %zu of %zu data bytes, %zu of %zu scale bytes differ", (int)f,
+                   (double)S, threads, bad_d, db, bad_s, sb);
         }
         free(hd), free(hs), free(gd), free(gs);
         CK(cudaFree(dd));
         CK(cudaFree(ds));
     }
-    printf("  rows: %d x %d, bf16 / mxfp8 / fp8_block / nvfp4, 128 / 256 / 384 threads\n", rows, H);
+    printf("  rows: %d x %d, bf16 / mxfp8 / fp8_block / nvfp4 (two S), 128 / 256 / 384 threads\n", rows, H);
     free(x);
     CK(cudaFree(dx));
 }
@@ -184,6 +356,7 @@ int main(void)
     printf("device codec == host codec, bit for bit\n");
     test_scalars(&rng);
     test_rows(&rng);
+    test_e2m1_words(&rng);
     return test_summary("test_device_codec");
 }
 

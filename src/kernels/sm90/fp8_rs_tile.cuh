@@ -72,7 +72,7 @@
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
  * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
  * multiplies by 1 / (S_x S_w). The scales are staged times 2^7 (FR_F16_2P7),
- * which also undoes fr_e2m1x2's 2^-14 but for 2^-7 an operand, exactly. The
+ * which also undoes moe_ep_e2m1x2_f16_bits' 2^-14 but for 2^-7 an operand, exactly. The
  * outputs go through epilogue_chunks (gemm_common.cuh) where the caller has
  * the registers. */
 #ifndef MOE_EP_FP8_RS_TILE_CUH
@@ -411,9 +411,6 @@ __device__ __forceinline__ uint32_t fr_ld_u8(uint32_t p)
     return v;
 }
 
-/* One E2M1 pair (byte) as f16x2 bits of value x 2^-14 each (codec.h). */
-__device__ __forceinline__ uint32_t fr_e2m1x2(uint32_t b) { return moe_ep_e2m1x2_f16_bits(b); }
-
 /* Stores 16 bytes of fp16 as chunk j of a 128-byte row r in the 128-byte swizzle. */
 __device__ __forceinline__ void fr_store_chunk(__half *out, int r, int j, uint4 v)
 {
@@ -430,17 +427,37 @@ __device__ __forceinline__ uint4 fr_lds128(uint32_t p)
     return v;
 }
 
+/* fr_lds128 / a 16-byte st.shared at p + OFF, OFF an immediate of the
+ * instruction (fr_widen_passes). */
+template <int OFF>
+__device__ __forceinline__ uint4 fr_lds128_at(uint32_t p)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4+%5];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(p), "n"(OFF) : "memory");
+    return v;
+}
+
+template <int OFF>
+__device__ __forceinline__ void fr_sts128_at(uint32_t p, uint4 v)
+{
+    asm volatile("st.shared.v4.u32 [%0+%5], {%1, %2, %3, %4};\n" ::"r"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "n"(OFF)
+                 : "memory");
+}
+
+template <int OFF>
+__device__ __forceinline__ uint32_t fr_ld_u32_at(uint32_t p)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1+%2];\n" : "=r"(v) : "r"(p), "n"(OFF) : "memory");
+    return v;
+}
+
 /* 16 E4M3 bytes -> 16 fp16 (exact) as two 16-byte chunks. */
 __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
 {
-    uint32_t w[4] = {v.x, v.y, v.z, v.w}, o[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint16_t p0 = (uint16_t)(w[i] & 0xFFFF), p1 = (uint16_t)(w[i] >> 16);
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o[2 * i]) : "h"(p0));
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o[2 * i + 1]) : "h"(p1));
-    }
-    lo = make_uint4(o[0], o[1], o[2], o[3]), hi = make_uint4(o[4], o[5], o[6], o[7]);
+    lo = make_uint4(fr_e4m3x2<false>(v.x), fr_e4m3x2<true>(v.x), fr_e4m3x2<false>(v.y), fr_e4m3x2<true>(v.y));
+    hi = make_uint4(fr_e4m3x2<false>(v.z), fr_e4m3x2<true>(v.z), fr_e4m3x2<false>(v.w), fr_e4m3x2<true>(v.w));
 }
 
 /* NVFP4: raw chunk j (16 B, 32 elements) of row r (64-byte rows, 64-byte
@@ -467,8 +484,9 @@ __device__ __forceinline__ void fr_widen_nv_chunk(__half (*out)[BMA * 64], int r
     for (int u = 0; u < 4; u++) { /* elements 32 j + 8 u .. + 7, scale block 2 j + u / 2 */
         const uint32_t sc = u < 2 ? sc0 : sc1, m = sc | sc << 16;
         uint32_t o[4];
+        moe_ep_e2m1_word_f16(w[u], o); /* the pairs' f16 bits by byte lookups (codec.h) */
 #pragma unroll
-        for (int b = 0; b < 4; b++) o[b] = fr_hmul2(fr_e2m1x2((w[u] >> (8 * b)) & 0xFF), m); /* m: the scale x 2^7 */
+        for (int b = 0; b < 4; b++) o[b] = fr_hmul2(o[b], m); /* m: the scale x 2^7 */
         fr_store_chunk(out[j / 2], r, 4 * (j % 2) + u, make_uint4(o[0], o[1], o[2], o[3]));
     }
 }
@@ -482,6 +500,34 @@ __device__ __forceinline__ bool fr_rows_done(int i, int rows_valid)
 {
     if constexpr (BMA == 128) return RP * i == 64 && rows_valid <= 64;
     else return RP * i >= rows_valid;
+}
+
+/* MXFP8's widening: a chunk pair's 16 fp16 times the row's k32 multiplier m (f16x2). */
+__device__ __forceinline__ void fr_mult_chunks(uint4 &lo, uint4 &hi, uint32_t m)
+{
+    lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
+    hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
+}
+
+/* The E4M3 widening by 128 threads (the 128-row instances), pass I: rows
+ * t / 8 + 16 I keep pass 0's swizzle key (r & 7), so each pass's shared
+ * addresses are pass 0's (ld: raw chunk; st0, st1: its two fp16 chunks; am:
+ * MXFP8's multiplier) plus constants, given as the instructions' immediates.
+ * Left to ptxas, the mega kernel's 128-row instances computed each pass's
+ * addresses anew (35 more integer instructions a stage than split's same
+ * tile: SASS of a914f61, MXFP8 / W4A8 / FP8-BLOCK); the same bytes move. */
+template <int FMT, int BMA, int I>
+__device__ __forceinline__ void fr_widen_passes(uint32_t ld, uint32_t st0, uint32_t st1, uint32_t am, int rows_valid)
+{
+    if constexpr (I < BMA / 16) {
+        if (fr_rows_done<BMA, 16>(I, rows_valid)) return; /* rows 16 I on: none valid */
+        uint4 lo, hi;
+        e4m3x16_to_f16(fr_lds128_at<16 * I * FR_BK>(ld), lo, hi);
+        if constexpr (FR_MX(FMT)) fr_mult_chunks(lo, hi, fr_ld_u32_at<16 * I * 4>(am));
+        fr_sts128_at<16 * I * 128>(st0, lo); /* fp16 rows of 128 bytes */
+        fr_sts128_at<16 * I * 128>(st1, hi);
+        fr_widen_passes<FMT, BMA, I + 1>(ld, st0, st1, am, rows_valid);
+    }
 }
 
 /* Raw activation stage (BMA rows x 128 E4M3, 128-byte swizzle) -> fp16 in
@@ -531,6 +577,12 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
             fr_widen_nv_chunk<BMA>(out, r, j, v, fr_ld_u16(fr_nv_scale_addr<BMA>(am, r, 2 * j)),
                                    fr_ld_u16(fr_nv_scale_addr<BMA>(am, r, 2 * j + 1)));
         }
+    } else if constexpr (NT == 128) { /* 16 rows a pass: pass 0's addresses plus constants */
+        const int r = t / 8, j = t % 8;
+        const uint32_t half = smem_u32(out[j / 4]) + r * 128;
+        fr_widen_passes<FMT, BMA, 0>(smem_u32(raw) + r * FR_BK + ((j ^ (r & 7)) << 4),
+                                     half + (((2 * (j % 4)) ^ (r & 7)) << 4), half + (((2 * (j % 4) + 1) ^ (r & 7)) << 4),
+                                     am + ((j / 2) * BMA + r) * 4, rows_valid);
     } else {
         constexpr int RP = NT / 8;
 #pragma unroll
@@ -540,11 +592,7 @@ __device__ __forceinline__ void fr_widen_rows(const uint8_t *raw, __half (*out)[
             if (BMA % RP && r >= BMA) break;
             uint4 lo, hi;
             e4m3x16_to_f16(fr_lds128(smem_u32(raw) + r * FR_BK + ((j ^ (r & 7)) << 4)), lo, hi);
-            if constexpr (FR_MX(FMT)) {
-                uint32_t m = fr_ld_u32(am + ((j / 2) * BMA + r) * 4);
-                lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
-                hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
-            }
+            if constexpr (FR_MX(FMT)) fr_mult_chunks(lo, hi, fr_ld_u32(am + ((j / 2) * BMA + r) * 4));
             fr_store_chunk(out[j / 4], r, 2 * (j % 4), lo);
             fr_store_chunk(out[j / 4], r, 2 * (j % 4) + 1, hi);
         }
@@ -825,14 +873,15 @@ __device__ __forceinline__ void fr_load_word(uint32_t &x, uint32_t &y, const fr_
 
 /* The raw bytes of one k16 step's A fragment and its multipliers: v[i] is
  * the pair of fragment register a[i] (a[0] row g, k 2q, 2q + 1; a[1] row
- * g + 8; a[2], a[3] the same 8 K on); m[0], m[1] the multipliers of rows g
+ * g + 8; a[2], a[3] the same 8 K on; E4M3: the word holding it, in its low
+ * half for i < 2, its high half for i >= 2); m[0], m[1] the multipliers of rows g
  * and g + 8 (f16x2; MX and NVFP4 only). */
 struct fr_raw {
     uint32_t v[4], m[2];
 };
 
 /* E2M1 weight words (their bits spread at load by weights.cu with codec.h's
- * moe_ep_e2m1_word_spread): the pairs of step kk % 2 as fr_e2m1x2's f16x2
+ * moe_ep_e2m1_word_spread): the pairs of step kk % 2 as moe_ep_e2m1x2_f16_bits' f16x2
  * bits, lo the pair of fragment register a[0] (or a[1]), hi of a[2] (a[3]). */
 __device__ __forceinline__ void fr_e2m1_pairs(uint32_t w, int odd, uint32_t &lo, uint32_t &hi)
 {
@@ -847,8 +896,8 @@ __device__ __forceinline__ void fr_step_bytes(fr_raw &r, uint32_t x, uint32_t y,
     if constexpr (FR_E2M1(FMT)) {
         fr_e2m1_pairs(x, kk % 2, r.v[0], r.v[2]);
         fr_e2m1_pairs(y, kk % 2, r.v[1], r.v[3]);
-    } else {
-        r.v[0] = x & 0xFFFF, r.v[2] = x >> 16, r.v[1] = y & 0xFFFF, r.v[3] = y >> 16;
+    } else { /* the words whole: fr_widen_step takes a[0], a[1] from their low pairs, a[2], a[3] from the high */
+        r.v[0] = x, r.v[2] = x, r.v[1] = y, r.v[3] = y;
     }
 }
 
@@ -865,11 +914,8 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
 {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        if constexpr (FR_E2M1(FMT)) {
-            a[i] = r.v[i]; /* fr_step_bytes decoded it */
-        } else {
-            asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(a[i]) : "h"((uint16_t)r.v[i]));
-        }
+        if constexpr (FR_E2M1(FMT)) a[i] = r.v[i]; /* fr_step_bytes decoded it */
+        else a[i] = i < 2 ? fr_e4m3x2<false>(r.v[i]) : fr_e4m3x2<true>(r.v[i]);
     }
 #ifndef FR_LAB_SKIP_CMULT /* the kernel lab: the consumer loop without its multipliers */
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) {

@@ -67,7 +67,11 @@ __device__ __forceinline__ int tile_expert(const int32_t *tile_offset, int E, in
 }
 
 /* Writes one block of an output row: encode n values v into format f at
- * element offset c of a row of N_out elements. */
+ * element offset c of a row of N_out elements. E2M1_SHORT: NVFP4 and the FP4
+ * wire by e2m1_block16 (the codec's bytes, ~2x fewer instructions), else by
+ * the codec (the bf16 wgmma tiles: with the shortcuts in their serial path,
+ * dead there, ptxas serialised mega's 128-row bf16 wgmmas, C7515). */
+template <bool E2M1_SHORT = true>
 __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *v, int blk, int64_t row,
                                                 int64_t N_out, int64_t c, float S, uint8_t *out,
                                                 uint8_t *out_scales, int64_t scale_stride)
@@ -80,12 +84,31 @@ __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *
         s[c / 32] = moe_ep_mxfp8_block_encode(v, d + c);
     } else if (f == MOE_EP_FORMAT_FP8_BLOCK) {
         ((float *)s)[c / 128] = moe_ep_fp8_block_encode(v, d + c);
-    } else {
+    } else if (!E2M1_SHORT) {
         uint8_t q[16];
         if (f == MOE_EP_FORMAT_NVFP4) s[c / 16] = moe_ep_nvfp4_block_encode(v, S, q);
         else ((uint16_t *)s)[c / 16] = moe_ep_fp4_wire_block_encode(v, q);
         for (int i = 0; i < 8; i++) d[c / 2 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+    } else { /* E2M1: 8 bytes of nibbles (c % 16 == 0) */
+        uint2 q;
+        const uint32_t sb = e2m1_block16(f, v, S, &q);
+        if (f == MOE_EP_FORMAT_NVFP4) s[c / 16] = (uint8_t)sb;
+        else ((uint16_t *)s)[c / 16] = (uint16_t)sb;
+        *(uint2 *)(d + c / 2) = q;
     }
+}
+
+/* SwiGLU in the chunk epilogue: FTZ, moe_ep_swiglu_ftz (the same bits, 7
+ * instructions fewer), else moe_ep_swiglu. The register tiles' GEMM1 outputs
+ * in MXFP8 / NVFP4 / FP8-BLOCK take FTZ; the bf16 wgmma tiles' chunks do not
+ * (with it in their FP8-BLOCK or bf16 branch, ptxas serialised the wgmmas of
+ * mega's 128-row bf16 instance: C7515; their outputs from registers take it,
+ * wg_bf16_pair). */
+template <bool FTZ>
+__device__ __forceinline__ float swiglu_of(float g, float u, float c)
+{
+    if constexpr (FTZ) return moe_ep_swiglu_ftz(g, u, c);
+    else return moe_ep_swiglu(g, u, c);
 }
 
 /* The epilogue by chunks: a lane takes 8 consecutive output columns of a
@@ -99,7 +122,7 @@ __device__ __forceinline__ void store_out_block(moe_ep_format_t f, const float *
  * instructions per chunk), not by shared memory or stores.
  * Rows of 128 (GEMM1) or BN = 256 (GEMM2) output columns; nthreads % 32 == 0,
  * every thread of each warp calling. */
-template <int BM, int BN, moe_ep_format_t F, bool GLU>
+template <int BM, int BN, moe_ep_format_t F, bool GLU, bool FTZ = false>
 __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid,
                                                    int n0, int tid, int nthreads)
 {
@@ -111,6 +134,7 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
     constexpr int BLK = F == MOE_EP_FORMAT_BF16 ? 8 : F == MOE_EP_FORMAT_MXFP8 ? 32 : F == MOE_EP_FORMAT_NVFP4 ? 16 : 128;
     const int64_t c0 = GLU ? n0 / 2 : n0, row_bytes = moe_ep_row_data_bytes(F, g.N_out);
     const int lane = tid & 31;
+    const float inv_S = nvfp4_inv_scale(F, g.out_gs);
     /* items of the valid rows, rounded up to whole warps (rows past the valid ones: encoded, not stored) */
     const int items = min(BM * CHUNKS, (rows_valid * CHUNKS + 31) & ~31);
     for (int base = tid - lane; base < items; base += nthreads) { /* warp-uniform: shuffles inside */
@@ -123,9 +147,9 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
             const float4 ul = pu[0], uh = pu[1];
             const float u[8] = {ul.x, ul.y, ul.z, ul.w, uh.x, uh.y, uh.z, uh.w};
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = moe_ep_swiglu(v[i], u[i], g.swiglu_limit);
+            for (int i = 0; i < 8; i++) v[i] = swiglu_of<FTZ>(v[i], u[i], g.swiglu_limit);
         }
-        const enc_chunk e = encode_chunk(F, v, g.out_gs);
+        const enc_chunk e = encode_chunk_of(F, v, g.out_gs, inv_S);
         if (m >= rows_valid) continue; /* whole blocks: a block's lanes share its row */
         const int64_t c = c0 + j;
         uint8_t *d = g.out + (row0 + m) * row_bytes;
@@ -186,16 +210,16 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
 {
     if constexpr (BM <= 64 || QGLU) {
         if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_MXFP8) {
-            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_MXFP8, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_MXFP8, true, true>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
         }
         if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_NVFP4) {
-            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true, true>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
         }
     }
     if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_FP8_BLOCK)
-        epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_FP8_BLOCK, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+        epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_FP8_BLOCK, true, QGLU>(g, C, row0, rows_valid, n0, tid, nthreads);
     else if (g.N != g.N_out) /* the bf16 path's GEMM1 */
         epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_BF16, true>(g, C, row0, rows_valid, n0, tid, nthreads);
     else if (g.out_fmt == MOE_EP_FORMAT_BF16)
@@ -214,8 +238,9 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
  * made ptxas spill 40-50 bytes of the consumers' K loop (2026-11-30).
  * QGLU: GEMM1's MXFP8 / NVFP4 outputs by chunks at any BM (epilogue_quant_glu);
  * a template argument because the tiles that never output them still compile
- * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them). */
-template <int BM, int BN, bool CHUNKS = false, bool QGLU = false>
+ * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them).
+ * E2M1_SHORT: the serial path's NVFP4 / FP4-wire blocks (store_out_block's). */
+template <int BM, int BN, bool CHUNKS = false, bool QGLU = false, bool E2M1_SHORT = true>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
 {
@@ -237,7 +262,7 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
         float *v = &C[m][j];
         if (glu)
             for (int i = 0; i < blk; i++) v[i] = moe_ep_swiglu(v[i], C[m][128 + j + i], g.swiglu_limit);
-        store_out_block(g.out_fmt, v, blk, row0 + m, g.N_out, c0 + j, g.out_gs, g.out, g.out_scales,
+        store_out_block<E2M1_SHORT>(g.out_fmt, v, blk, row0 + m, g.N_out, c0 + j, g.out_gs, g.out, g.out_scales,
                         g.out_scale_stride);
     }
 }

@@ -164,6 +164,22 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
                  ::"r"(smem_u32(dst)), "l"((uint64_t)src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
 }
 
+/* A bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned)
+ * from shared to global memory, in this thread's current bulk group. */
+__device__ __forceinline__ void bulk_store(void *dst, const void *src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 ::"l"((uint64_t)dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* This thread's bulk groups have read their shared memory (READ) or completed their writes. */
+template <bool READ>
+__device__ __forceinline__ void bulk_wait_all()
+{
+    if constexpr (READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 /* Shared-memory matrix descriptor: K-major, 128-byte swizzle (8-row x 128-B
  * atoms, 1024 B between atoms along M/N; the leading offset is unused). */
 __device__ __forceinline__ uint64_t smem_desc_u32(uint32_t shared_address)

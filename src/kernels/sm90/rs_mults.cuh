@@ -41,26 +41,37 @@ __device__ __forceinline__ uint32_t fr_pow2_f16x2(int e)
 /* The multiplier 2^-(ref - b) of byte b as f16x2 (0 below 2^-24). */
 __device__ __forceinline__ uint32_t fr_mx_mult(uint32_t ref, uint32_t b) { return fr_pow2_f16x2((int)b - (int)ref); }
 
-/* W4A8's weights: 2^(14 - (ref - b)), undoing fr_e2m1x2's 2^-14 as well. */
+/* W4A8's weights: 2^(14 - (ref - b)), undoing moe_ep_e2m1x2_f16_bits' 2^-14 as well. */
 __device__ __forceinline__ uint32_t fr_mx_mult_e2m1(uint32_t ref, uint32_t b) { return fr_pow2_f16x2(14 + (int)b - (int)ref); }
 
 /* NVFP4's scales are staged times 2^7 (this, f16x2), so an operand is
- * fr_e2m1x2's value x 2^-14 times one multiplier: value x scale x 2^-7,
+ * moe_ep_e2m1x2_f16_bits' value x 2^-14 times one multiplier: value x scale x 2^-7,
  * exact in fp16 (at least 2^-17 with at most 6 significant bits, at most
  * 21); the sums come out x 2^-14 exactly and the epilogue undoes it. */
 #define FR_F16_2P7 0x58005800u
+
+/* The E4M3 pair in the low (HI false) or high 16 bits of w as f16x2
+ * (exact). The halves split in PTX (mov.b32 {l, h}): ptxas then reads the
+ * high one as the register's upper half (F2FP's .H1), where a C shift cost
+ * a SHF a pair (32 a stage in MXFP8's 128-row consumer loop, SASS); the
+ * register tile's E4M3 widening and the NVFP4 scales below. */
+template <bool HI>
+__device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t w)
+{
+    uint32_t o;
+    if constexpr (HI) asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(o) : "r"(w));
+    else asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(o) : "r"(w));
+    return o;
+}
 
 /* NVFP4: eight E4M3 scale bytes -> eight f16 times 2^7 (exact: FR_F16_2P7)
  * into a uint16_t table, stride apart. */
 __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2 v)
 {
-    uint32_t w[2] = {v.x, v.y};
+    const uint32_t pairs[4] = {fr_e4m3x2<false>(v.x), fr_e4m3x2<true>(v.x), fr_e4m3x2<false>(v.y), fr_e4m3x2<true>(v.y)};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        uint32_t o;
-        uint16_t pr = (uint16_t)(w[i / 2] >> (16 * (i % 2)));
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(o) : "h"(pr));
-        o = fr_hmul2(o, FR_F16_2P7);
+        const uint32_t o = fr_hmul2(pairs[i], FR_F16_2P7);
         out[(2 * i) * stride] = (uint16_t)o, out[(2 * i + 1) * stride] = (uint16_t)(o >> 16);
     }
 }
