@@ -17,6 +17,25 @@
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
 # Calls, in order of value:
+# 0. `dev/ab53.sh` (carry build-ab53, 45 MB; ~3 min): two drafts of the fifty-third session, built
+#    ptxas-clean on the CI machine, NOT run (the session's device time ran out):
+#    B, dev/drafts/rs_tile_release_after_second_tma.patch: at 128 rows thread 0 (the TMA issuer,
+#    also widening) raised the last item's done counter (mega's release_pending: red.release.gpu,
+#    whose fence waits for the last epilogue's stores) after widening stage 0 and BEFORE issuing
+#    stage 1's TMA; with a 2-stage E4M3 raw ring that TMA is the only one behind the stage in use,
+#    so the fence's wait (~1 us, "The register tile's item protocol") delayed it. B raises the
+#    counter once stage 1's TMA is out, before widening stage 1 (whose raw bytes are in flight
+#    then). Mega only (split's hook does nothing). Predicted: mega MXFP8 / W4A8 / FP8-BLOCK
+#    -0.5-1.5 % where the 128-row tile streams its weights from HBM (T = 512, the emulated
+#    group's pro 512), ~0 at 8192. (Placed after that TMA inside the loop, mega's MXFP8 128-row
+#    instance spilled 4 bytes; placed at the top of the next widening, none.)
+#    C, + dev/drafts/rs_tile_w4a8_three_raw_stages.patch (on B): W4A8's 128-row tile with 3 raw
+#    stages (32 KB each; 185 KB of shared memory; 2 since "3 spills its mega kernel", which no
+#    longer holds). Split and mega. Predicted: W4A8 -2-6 % at T = 512 (weights streamed, more of
+#    them in flight), 0-2 % at 8192.
+#    Rebuild the carry in a fresh checkout: `dev/build_carry.sh build-ab53 -- B=rs_tile_release_after_second_tma.patch
+#    C=rs_tile_release_after_second_tma.patch+rs_tile_w4a8_three_raw_stages.patch` (~8 min).
+#    Merge what passes its test_split and loses no cell; then the GPU suite (`scripts/device.sh test`).
 # 1. The lead (docs/design.md, "Fifty-third session"): mega overlaps nothing above decode; at
 #    T = 8192 the dispatch (113 us) and the combine's tail (~166 us) run beside no GEMM. A draft
 #    that places rows in the dispatch's order, makes readiness per m tile and interleaves the
