@@ -79,15 +79,8 @@ if [ "${1:-}" = r8 ]; then # carry build-c52 (moe_ep_T, moe_ep_ALL = main, moe_e
   # (Nsight Compute), then draft C's FP4-wire cells (H against main)
   for b in moe_ep_T moe_ep_ALL moe_ep_H; do carried build-c52/$b || exit 1; done
   nvidia-smi --query-gpu=name --format=csv,noheader
-  MOE_EP_MEGA_TRACE_DUMP=$O/dump_r8.txt timeout 120 build-c52/moe_ep_T bench --ranks 8 --paths mxfp8 --backends mega \
-    --geometry ds-v4-pro --tokens 512 --iters 3 --warmup 1 > $O/log_r8.txt 2>&1
-  echo "r8 trace rc=$? $(grep -h 'mega timeline' $O/log_r8.txt | head -1)"
-  python3 dev/trace_items.py $O/dump_r8.txt 2>&1 | head -16
-  timeout 150 ncu --clock-control none --kernel-name regex:'plan_|dispatch|grouped|wgmma|combine|publish' --launch-count 40 \
-    --metrics gpu__time_duration.sum --csv --print-units base build-c52/moe_ep_ALL bench --ranks 8 --paths mxfp8 \
-    --tokens 512 --geometry ds-v4-pro --backends split --iters 1 --warmup 0 > $O/ncu_r8.csv 2>/dev/null; echo "ncu rc=$?"
-  grep gpu__time_duration $O/ncu_r8.csv | awk -F'","' '{n=$5; v=$NF; gsub(/"|,/,"",v); gsub(/\(.*/,"",n);
-    printf "  %-34s %10.1f us\n", substr(n,1,34), v/1000}' | head -40
+  BENCH_EXTRA="--ranks 8" TRACE_BIN=build-c52/moe_ep_T timeout 120 dev/trace_items.sh mxfp8:ds-v4-pro:512
+  BENCH_EXTRA="--ranks 8" NCU_LAUNCHES=40 MOE_EP_BIN=build-c52/moe_ep_ALL timeout 150 dev/ncu_forward.sh mxfp8 512 ds-v4-pro split
   scripts/ab.sh 2 build-c52/moe_ep_H build-c52/moe_ep_ALL -- --paths mxfp8,nvfp4 --backends split,mega --wire fp4 \
     --geometry ds-v4-flash --tokens 512,8192 --iters 10 2>&1 | tail -10
   echo "r8 $(( $(date +%s) - t0 )) s"

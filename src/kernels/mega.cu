@@ -270,7 +270,7 @@ static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
      * copies by bulk stores (a scale row of a multiple of 16 bytes) */
     moe_ep_format_t af = moe_ep_path_act_format(a->d.path);
     int64_t od = moe_ep_row_data_bytes(af, a->d.H), os = moe_ep_act_scale_stride(af, a->d.H);
-    int64_t per = (int64_t)region / (MEGA_STAGES * 2 * (int64_t)a->d.H + 2 * (od + os));
+    int64_t per = (int64_t)region / (MEGA_STAGES * (int64_t)p->xs.token_bytes + 2 * (od + os));
     if (MEGA_BULK_STORES(MODE) && p->xs.bulk && af != MOE_EP_FORMAT_BF16 && moe_ep_row_scale_bytes(af, a->d.H) == os && per >= 1)
         p->xs.stages = MEGA_STAGES, p->xs.per_stage = (int)per, p->xs.out_data = (int)od, p->xs.out_bytes = (int)(od + os);
     p->ys = staging_for(region, a->d.K * (db + sb), db % 16 == 0 && sb % 16 == 0 && ((uintptr_t)a->b.y & 15) == 0 &&
