@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-third session, 6e3d03d: the seven drafts D, E, F, W, N, X, C
-# merged; issue #4's tables on an H100 and mega's item trace in docs/benchmarks.md, first
+# Device plan (as of the fifty-fourth session: main c27e499 plus drafts not run; the fifty-third's
+# 6e3d03d merge, issue #4's tables on an H100 and mega's item trace in docs/benchmarks.md, first
 # section). First `status`: if it lists a multi-GPU kind, issue #7 comes first
 # (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs; then the EP8 bench,
 # docs/benchmarks.md). A fresh checkout has none of the ignored build folders below: build them
@@ -8,40 +8,32 @@
 #   build-c52/moe_ep_T.gz: cmake -S . -B build-t52 -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON
 #     -DMOE_EP_PTXAS_GUARD=OFF && cmake --build build-t52 -j2 --target moe_ep_tool; gzip -c
 #     build-t52/tools/moe_ep > build-c52/moe_ep_T.gz (3-4 min)
-#   a tool of main for A / Bs: cmake -S . -B build-w52 -DCMAKE_BUILD_TYPE=Release; cmake --build
-#     build-w52 -j2 --target moe_ep_tool (3 min); a draft's: the same in a worktree with the patch
-#     applied (git worktree add ../wt HEAD; git apply ...), plus the test targets it touches
-#     (test_split test_tiles test_device_codec ...; ~4 min); gzip each into one carried folder
-#     (<= 64 MiB with the tree) and run `scripts/ab.sh 2 DIR/moe_ep_A DIR/moe_ep_B -- ...`
+#   a tool of main for A / Bs and a draft's: dev/build_carry.sh (worktrees, ptxas guard on)
 #   build-carry/ (modes `stamps` and the default): moe_ep_A (main's tool), moe_ep_T (as
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
 # Calls, in order of value:
-# 0. `dev/ab53.sh` (carry build-ab53, 45 MB; ~3 min): two drafts of the fifty-third session, built
-#    ptxas-clean on the CI machine, NOT run (the session's device time ran out):
-#    B, dev/drafts/rs_tile_release_after_second_tma.patch: at 128 rows thread 0 (the TMA issuer,
-#    also widening) raised the last item's done counter (mega's release_pending: red.release.gpu,
-#    whose fence waits for the last epilogue's stores) after widening stage 0 and BEFORE issuing
-#    stage 1's TMA; with a 2-stage E4M3 raw ring that TMA is the only one behind the stage in use,
-#    so the fence's wait (~1 us, "The register tile's item protocol") delayed it. B raises the
-#    counter once stage 1's TMA is out, before widening stage 1 (whose raw bytes are in flight
-#    then). Mega only (split's hook does nothing). Predicted: mega MXFP8 / W4A8 / FP8-BLOCK
-#    -0.5-1.5 % where the 128-row tile streams its weights from HBM (T = 512, the emulated
-#    group's pro 512), ~0 at 8192. (Placed after that TMA inside the loop, mega's MXFP8 128-row
-#    instance spilled 4 bytes; placed at the top of the next widening, none.)
-#    C, + dev/drafts/rs_tile_w4a8_three_raw_stages.patch (on B): W4A8's 128-row tile with 3 raw
-#    stages (32 KB each; 185 KB of shared memory; 2 since "3 spills its mega kernel", which no
-#    longer holds). Split and mega. Predicted: W4A8 -2-6 % at T = 512 (weights streamed, more of
-#    them in flight), 0-2 % at 8192.
-#    Rebuild the carry in a fresh checkout: `dev/build_carry.sh build-ab53 -- B=rs_tile_release_after_second_tma.patch
-#    C=rs_tile_release_after_second_tma.patch+rs_tile_w4a8_three_raw_stages.patch` (~8 min).
+# 0. `dev/d54.sh` (carry build-d54, 55 MB; one call, ~9 min; `dev/d54.sh t` alone ~4 min): tests
+#    and times three drafts built ptxas-clean on the CI machine and NOT run (no device machine
+#    could be started in the fifty-fourth session):
+#    B, dev/drafts/rs_tile_release_after_second_tma.patch (mega: the 128-row tile raises the last
+#    item's done counter once stage 1's TMA is out, not before it; predicted -0.5-1.5 % where the
+#    tile streams its weights, T = 512), C, + rs_tile_w4a8_three_raw_stages.patch (W4A8's 128-row
+#    tile with 3 raw stages; predicted W4A8 -2-6 % at T = 512), and
+#    O, dev/drafts/mega_token_order.patch: mega's rows in token order (docs/design.md, "Fifty-fourth
+#    session"): GEMM2 in windows of m tile ranks and combine groups after the window of their last
+#    tile, so that the combine runs beside GEMM2. Predicted: mega flash / pro T = 8192 -1-2 %
+#    (of the combine's ~166 us serial tail about two thirds overlapped, less the scan stage's
+#    ~5 us and W2 read once a window instead of once); T <= 2048 unchanged (not ordered there).
+#    Its test_split has a new case ("rows in token order": tiles 16-128 on 1, 3 and every SM).
+#    Build the carry in a fresh checkout: `dev/build_carry.sh build-d54 test_split --
+#    B=rs_tile_release_after_second_tma.patch C=rs_tile_release_after_second_tma.patch+rs_tile_w4a8_three_raw_stages.patch
+#    O=mega_token_order.patch` (~12 min; then delete build-d54/test_split_B.gz: the carry limit).
 #    Merge what passes its test_split and loses no cell; then the GPU suite (`scripts/device.sh test`).
-# 1. The lead (docs/design.md, "Fifty-third session"): mega overlaps nothing above decode; at
-#    T = 8192 the dispatch (113 us) and the combine's tail (~166 us) run beside no GEMM. A draft
-#    that places rows in the dispatch's order, makes readiness per m tile and interleaves the
-#    item numbering needs its tests (test_split split,mega full size: mega byte for byte against
-#    split) and `scripts/ab.sh 2` against main on mxfp8 / w4a8 / nvfp4, flash / pro, T = 512,
-#    2048, 8192, split and mega.
+# 1. If O is slower: its item trace (a trace build of O, `dev/trace_items.sh`) says whether the
+#    combine groups wait at each window's end (every group needs the window's last expert's tiles)
+#    or GEMM2 lost its weights' L2 reuse; the rest of the lead (GEMM1 rank j after the dispatch
+#    groups that fill it) only pays once the combine half does.
 # 2. `dev/next_session.sh trace` (carry build-c52; ~1 min): mega's item trace of the cells where
 #    it trails split (TRACE_CELLS to choose); the GEMM items' ~0.5 us preamble (claim to tile)
 #    is unexplained: a trace build with stamps between gemm_item's steps would tell.
