@@ -1,32 +1,34 @@
 #!/usr/bin/env bash
-# device (one call, ~9 min; carry build-d54, built by dev/build_carry.sh on the CI machine):
-#   t   test_split of O (main + mega rows in token order, dev/drafts/mega_token_order.patch) and of C
-#       (the fifty-third session's drafts B + C), split and mega
-#   ab  paired A/B (one round): A = main, B, C (mxfp8, w4a8 split + mega, flash 512 / 8192), then
-#       A against O (mega, the register tile's four paths, flash and pro at 2048 and 8192)
-#   dev/d54.sh [t] [ab]   (both by default; the summary last)
+# device (carry build-d54, built by dev/build_carry.sh on the CI machine; two calls: `t abo`, `tc abbc`):
+#   t    test_split of O (main + mega rows in token order, dev/drafts/mega_token_order.patch), split
+#        and mega (~2-3 min)
+#   tc   the same of C (the fifty-third session's drafts B + C; ~1 min)
+#   abo  paired A/B (one round) of A = main against O: mega, mxfp8 / w4a8 / nvfp4, flash and pro,
+#        T = 512 (not ordered: any cost of the code itself) and 8192 (ordered) (~3 min)
+#   abbc A = main, B, C: mxfp8, w4a8 split + mega, flash 512 / 8192 (~2.5 min)
+#   dev/d54.sh [modes...]   (default: t abo; the summary last)
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 D=build-d54; O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
-modes=${*:-t ab}
+modes=${*:-t abo}
 for b in moe_ep_A moe_ep_B moe_ep_C moe_ep_O test_split_C test_split_O; do carried $D/$b || exit 1; done
 sum=$O/summary.txt; : > $sum
 for m in $modes; do case $m in
-t)
-  for v in O C; do
-    MOE_EP_TEST_BACKENDS=split,mega timeout ${TS_TIMEOUT:-200} $D/test_split_$v > $O/ts_$v.log 2>&1; rc=$?
-    echo "test_split $v (split, mega) rc=$rc $(tail -1 $O/ts_$v.log)" | tee -a $sum
-    [ $rc -eq 0 ] || grep -h -B2 -A4 -m5 FAIL $O/ts_$v.log | head -30 | tee -a $sum
-  done
-  grep -A14 "rows in token order" $O/ts_O.log | head -16 ;;
-ab)
+t|tc)
+  v=O; [ $m = tc ] && v=C
+  MOE_EP_TEST_BACKENDS=split,mega timeout ${TS_TIMEOUT:-200} $D/test_split_$v > $O/ts_$v.log 2>&1; rc=$?
+  echo "test_split $v (split, mega) rc=$rc $(tail -1 $O/ts_$v.log)" | tee -a $sum
+  [ $rc -eq 0 ] || grep -h -B2 -A4 -m5 FAIL $O/ts_$v.log | head -30 | tee -a $sum
+  [ $v = O ] && grep -A14 "rows in token order" $O/ts_O.log | head -16 ;;
+abo)
+  mkdir -p $O/o; OUT=$O/o timeout 220 scripts/ab.sh 1 $D/moe_ep_A $D/moe_ep_O -- --paths mxfp8,w4a8,nvfp4 \
+    --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 512,8192 --iters 10 > $O/ab_o.log 2>&1
+  echo "== A O" >> $sum; tail -16 $O/ab_o.log >> $sum ;;
+abbc)
   timeout 170 scripts/ab.sh 1 $D/moe_ep_A $D/moe_ep_B $D/moe_ep_C -- --paths mxfp8,w4a8 --backends split,mega \
     --geometry ds-v4-flash --tokens 512,8192 --iters 10 > $O/ab_bc.log 2>&1
-  echo "== A B C" >> $sum; tail -14 $O/ab_bc.log >> $sum
-  mkdir -p $O/o; OUT=$O/o timeout 200 scripts/ab.sh 1 $D/moe_ep_A $D/moe_ep_O -- --paths mxfp8,w4a8,nvfp4,fp8_block \
-    --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens 2048,8192 --iters 10 > $O/ab_o.log 2>&1
-  echo "== A O" >> $sum; tail -20 $O/ab_o.log >> $sum ;;
+  echo "== A B C" >> $sum; tail -14 $O/ab_bc.log >> $sum ;;
 esac; done
 echo "===== summary"; cat $sum

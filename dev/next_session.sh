@@ -13,7 +13,7 @@
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
 # Calls, in order of value:
-# 0. `dev/d54.sh` (carry build-d54, 55 MB; one call, ~9 min; `dev/d54.sh t` alone ~4 min): tests
+# 0. `dev/d54.sh t abo`, then `dev/d54.sh tc abbc` (carry build-d54, 55 MB; ~6 and ~4 min): tests
 #    and times three drafts built ptxas-clean on the CI machine and NOT run (no device machine
 #    could be started in the fifty-fourth session):
 #    B, dev/drafts/rs_tile_release_after_second_tma.patch (mega: the 128-row tile raises the last
