@@ -7,8 +7,7 @@
 # test_split), gzipped as OUTDIR/TEST_B.gz ...; A gets the tool only (OUTDIR/moe_ep_A.gz).
 # Patches are names in dev/drafts/, applied in order with `git apply`. Each tree is a git
 # worktree under /tmp/moe_ep_wt (Release, ptxas guard on: a spill fails the build).
-# e.g. dev/build_carry.sh build-d54 test_split -- B=rs_tile_release_after_second_tma.patch \
-#        C=rs_tile_release_after_second_tma.patch+rs_tile_w4a8_three_raw_stages.patch O=mega_token_order.patch
+# e.g. dev/build_carry.sh build-d54 test_split -- O=mega_token_order.patch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$1; shift

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-fourth session: main c27e499 plus drafts not run; the fifty-third's
-# 6e3d03d merge, issue #4's tables on an H100 and mega's item trace in docs/benchmarks.md, first
-# section). First `status`: if it lists a multi-GPU kind, issue #7 comes first
-# (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs; then the EP8 bench,
-# docs/benchmarks.md). A fresh checkout has none of the ignored build folders below: build them
-# on the CI machine first (minutes each; `export PATH=/usr/local/cuda/bin:$PATH`):
+# Device plan (as of the fifty-fourth session: drafts B and C merged; draft O, mega's rows in
+# token order, measured slower and dropped: docs/benchmarks.md, first section; issue #4's tables
+# on an H100 and mega's item trace in the second). First `status`: if it lists a multi-GPU kind,
+# issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
+# then the EP8 bench, docs/benchmarks.md). A fresh checkout has none of the ignored build folders
+# below: build them on the CI machine first (minutes each; `export PATH=/usr/local/cuda/bin:$PATH`):
 #   build-c52/moe_ep_T.gz: cmake -S . -B build-t52 -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON
 #     -DMOE_EP_PTXAS_GUARD=OFF && cmake --build build-t52 -j2 --target moe_ep_tool; gzip -c
 #     build-t52/tools/moe_ep > build-c52/moe_ep_T.gz (3-4 min)
@@ -13,27 +13,11 @@
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
 # Calls, in order of value:
-# 0. `dev/d54.sh t abo`, then `dev/d54.sh tc abbc` (carry build-d54, 55 MB; ~6 and ~4 min): tests
-#    and times three drafts built ptxas-clean on the CI machine and NOT run (no device machine
-#    could be started in the fifty-fourth session):
-#    B, dev/drafts/rs_tile_release_after_second_tma.patch (mega: the 128-row tile raises the last
-#    item's done counter once stage 1's TMA is out, not before it; predicted -0.5-1.5 % where the
-#    tile streams its weights, T = 512), C, + rs_tile_w4a8_three_raw_stages.patch (W4A8's 128-row
-#    tile with 3 raw stages; predicted W4A8 -2-6 % at T = 512), and
-#    O, dev/drafts/mega_token_order.patch: mega's rows in token order (docs/design.md, "Fifty-fourth
-#    session"): GEMM2 in windows of m tile ranks and combine groups after the window of their last
-#    tile, so that the combine runs beside GEMM2. Predicted: mega flash / pro T = 8192 -1-2 %
-#    (of the combine's ~166 us serial tail about two thirds overlapped, less the scan stage's
-#    ~5 us and W2 read once a window instead of once); T <= 2048 unchanged (not ordered there).
-#    Its test_split has a new case ("rows in token order": tiles 16-128 on 1, 3 and every SM).
-#    Build the carry in a fresh checkout: `dev/build_carry.sh build-d54 test_split --
-#    B=rs_tile_release_after_second_tma.patch C=rs_tile_release_after_second_tma.patch+rs_tile_w4a8_three_raw_stages.patch
-#    O=mega_token_order.patch` (~12 min; then delete build-d54/test_split_B.gz: the carry limit).
-#    Merge what passes its test_split and loses no cell; then the GPU suite (`scripts/device.sh test`).
-# 1. If O is slower: its item trace (a trace build of O, `dev/trace_items.sh`) says whether the
-#    combine groups wait at each window's end (every group needs the window's last expert's tiles)
-#    or GEMM2 lost its weights' L2 reuse; the rest of the lead (GEMM1 rank j after the dispatch
-#    groups that fill it) only pays once the combine half does.
+# 0. Issue #4's tables on the merge of B and C (`dev/issue4_run.sh DIR/moe_ep` with a tool of
+#    main; ~8 min): W4A8 moved -5-10 % at T = 512.
+# 1. Split's W4A8 GEMM stage at T = 8192 lost 2-3 % with C's third raw stage (mega gained): an
+#    A / B of C against a split-only 2-stage instance at >= 2048 rows an expert (a template
+#    argument of the 128-row W4A8 tile) would tell whether to keep both.
 # 2. `dev/next_session.sh trace` (carry build-c52; ~1 min): mega's item trace of the cells where
 #    it trails split (TRACE_CELLS to choose); the GEMM items' ~0.5 us preamble (claim to tile)
 #    is unexplained: a trace build with stamps between gemm_item's steps would tell.

@@ -167,11 +167,13 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * scales (227 KB per block, less the mega kernel's share), at most 4. A raw
  * stage is held from its TMA until the consumers have read its weights, so
  * its load latency must hide behind the other stages' compute. At 128 rows
- * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 2
- * (3 spills its mega kernel). 64 rows or fewer: E4M3 3, E2M1 4. The QGMMA
+ * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 3
+ * (32 KB a stage; 3 spilled its mega kernel until 6e3d03d; against 2: -5-10 %
+ * at T = 512 on both backends, mega -1-3 % at 8192, split's GEMM stage +2-3 %
+ * there, docs/benchmarks.md). 64 rows or fewer: E4M3 3, E2M1 4. The QGMMA
  * instances (no fp16 stages) 4 at every size (5 or 6 were 3-5 % slower). */
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
-#define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : 2)
+#define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_E2M1(FMT) ? 3 : 2)
 #endif
 /* Raw stages of the paired instances (two blocks per SM, FR_PAIRED): E2M1
  * weights (W4A8, NVFP4) 4 at 16 rows, 3 at 32 (their raw stages are half
@@ -803,13 +805,15 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     for (int kt = ahead; kt < n_k + LEAD; kt++) {
         const int cv = kt - LEAD;
         if (cv >= 0) {
+            /* the last item's counter once the first stage is widened and the
+             * second one's TMA is out (one stage: before its widening): its
+             * fence then finds the last epilogue's stores drained (at the
+             * tile's start it waited for them while warp 0's widening stood),
+             * and it waits beside that TMA's flight instead of before its issue */
+            if (!FR_TMA_WARP_OF(BMA) && t == 0 && cv == min(1, n_k - 1)) HOOK::loads_issued();
             const fr_stage_scales cur = next;
             if (cv + 1 < n_k) next = fr_load_scales<FMT, BMA>(g, row0, rows_valid, b_row, cv + 1, t);
             fr_widen_stage(s, g, cur, rows_valid, cv, t);
-            /* the last item's counter once the first stage is widened: its
-             * fence then finds the last epilogue's stores drained (at the
-             * tile's start it waited for them while warp 0's widening stood) */
-            if (!FR_TMA_WARP_OF(BMA) && t == 0 && cv == 0) HOOK::loads_issued();
         }
         if (!FR_TMA_WARP_OF(BMA) && t == 0 && kt < n_k) fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
     }
