@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-fourth session: drafts B and C merged; draft O, mega's rows in
-# token order, measured slower and dropped: docs/benchmarks.md, first section; issue #4's tables
-# on an H100 and mega's item trace in the second). First `status`: if it lists a multi-GPU kind,
+# Device plan (as of the fifty-fifth session: MXFP8's activations in a raw ring of their own merged,
+# mega now faster than split in every cell of issue #4's tables on an H100: docs/benchmarks.md,
+# first section; the fifty-fourth session's drafts B / C and draft O in the second). First `status`: if it lists a multi-GPU kind,
 # issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
 # then the EP8 bench, docs/benchmarks.md). A fresh checkout has none of the ignored build folders
 # below: build them on the CI machine first (minutes each; `export PATH=/usr/local/cuda/bin:$PATH`):
@@ -13,11 +13,10 @@
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
 # Calls, in order of value:
-# 0. Issue #4's tables on the merge of B and C (`dev/issue4_run.sh DIR/moe_ep` with a tool of
-#    main; ~8 min): W4A8 moved -5-10 % at T = 512.
-# 1. Split's W4A8 GEMM stage at T = 8192 lost 2-3 % with C's third raw stage (mega gained): an
-#    A / B of C against a split-only 2-stage instance at >= 2048 rows an expert (a template
-#    argument of the 128-row W4A8 tile) would tell whether to keep both.
+# 0. (done in the fifty-fifth session: issue #4's tables on the merge, `dev/issue4_run.sh DIR/moe_ep`.)
+# 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
+#    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
+#    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.
 # 2. `dev/next_session.sh trace` (carry build-c52; ~1 min): mega's item trace of the cells where
 #    it trails split (TRACE_CELLS to choose); the GEMM items' ~0.5 us preamble (claim to tile)
 #    is unexplained: a trace build with stamps between gemm_item's steps would tell.

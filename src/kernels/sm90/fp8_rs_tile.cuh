@@ -23,7 +23,8 @@
  *
  * K steps of 128 (one scale block): raw ring of FR_RAW_OF(FMT, BMA) stages (A 128 x
  * 128 B, B 256 x 128 B, both 128-byte swizzled by TMA; W4A8's B 256 x 64 B,
- * 64-byte swizzled; NVFP4's A 128 x 64 B too), fp16 ring of FR_CVT_OF(FMT, BMA) stages
+ * 64-byte swizzled; NVFP4's A 128 x 64 B too; MXFP8 at 128 rows: A in a raw ring of
+ * its own, FR_ARAW_OF, freed once widened), fp16 ring of FR_CVT_OF(FMT, BMA) stages
  * (128 rows x 128 fp16 as two 64-wide swizzle atoms). Warpgroup 0 (the
  * producer, FR_PRODUCER_REGS registers): at 128 rows all 128 threads widen a
  * stage of A and stage its scales, then thread 0 issues the TMA of a later
@@ -167,13 +168,34 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * scales (227 KB per block, less the mega kernel's share), at most 4. A raw
  * stage is held from its TMA until the consumers have read its weights, so
  * its load latency must hide behind the other stages' compute. At 128 rows
- * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages; NVFP4 4; W4A8 3
+ * E4M3 operands (48 KB a stage) fit 2 beside 3 fp16 stages (FP8-BLOCK; MXFP8
+ * 3 weight stages beside its own activation ring, FR_ARAW_OF); NVFP4 4; W4A8 3
  * (32 KB a stage; 3 spilled its mega kernel until 6e3d03d; against 2: -5-10 %
  * at T = 512 on both backends, mega -1-3 % at 8192, split's GEMM stage +2-3 %
  * there, docs/benchmarks.md). 64 rows or fewer: E4M3 3, E2M1 4. The QGMMA
  * instances (no fp16 stages) 4 at every size (5 or 6 were 3-5 % slower). */
 #ifndef FR_RAW_OF /* the kernel lab (dev/wgmma_lab/rs_tile.cu) may try others */
-#define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_E2M1(FMT) ? 3 : 2)
+#define FR_RAW_OF(FMT, BMA) (FR_QG(FMT) || FR_NV(FMT) ? 4 : (BMA) <= 64 ? (FR_E2M1(FMT) ? 4 : 3) : FR_E2M1(FMT) || FR_ARAW_OF(FMT, BMA) ? 3 : 2)
+#endif
+/* Raw activation stages in a ring of their own (0: none, the activations
+ * share the weights' raw stages): a stage is freed by the widening threads
+ * once widened, not by the consumers once multiplied, so the raw ring above
+ * holds only what the consumers read (weights, their records), and at the
+ * same shared memory one more weight stage is in flight. MXFP8 at 128 rows:
+ * 2 activation stages (32 KB) and 3 weight stages (105 KB) where the shared
+ * ring held 2 of both (98 KB): with one weight stage landing while the
+ * consumers read another, the tile streamed its weights at ~18 KB/us a
+ * block (2.4 TB/s on 132 SMs) where an expert's rows fit one tile (T = 512;
+ * fifty-third session). Measured (H100, fifty-fifth session): MXFP8 mega
+ * fwd -10-13 % at T = 512, -1-5 % at 8192; split -6-8 % at 512, but +1-2 %
+ * at 8192 (its GEMM stage +1-3 %). The same for W4A8 (3 activation, 4 weight
+ * stages) lost 0-2 % everywhere, and FP8-BLOCK (2 + 3, its fp16 stages cut
+ * to 2 to fit) 5 % at T = 8192: neither taken (docs/benchmarks.md; the
+ * patches in dev/drafts/). At least the producer's lead (RAW - 1 stages
+ * issued ahead of the widening: fr_produce), as iteration kt reuses the slot
+ * of the stage it has just widened. */
+#ifndef FR_ARAW_OF
+#define FR_ARAW_OF(FMT, BMA) ((FMT) == RS_MXFP8 && (BMA) == 128 ? 2 : 0)
 #endif
 /* Raw stages of the paired instances (two blocks per SM, FR_PAIRED): E2M1
  * weights (W4A8, NVFP4) 4 at 16 rows, 3 at 32 (their raw stages are half
@@ -227,16 +249,18 @@ struct fr_smem {
     /* (QGMMA's fp16 ring is a scale ring of 8-half stages, kept at 4: with 2 its raw
      * stages would start 64 bytes in, misaligned for their TMA) */
     static constexpr int RAW = CT == 2 ? FR_RAW_PAIRED_OF(FMT, BMA) : FR_RAW_OF(FMT, BMA), CVT = CT == 2 && !FR_QG(FMT) ? 2 : FR_CVT_OF(FMT, BMA);
+    static constexpr int ARAW = CT == 2 ? 0 : FR_ARAW_OF(FMT, BMA); /* the activations' own raw stages (0: in RAW's) */
+    static constexpr int RA = ARAW ? ARAW : RAW;
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
-    uint8_t ra[RAW][BMA * FR_AROW(FMT)];   /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
+    uint8_t ra[RA][BMA * FR_AROW(FMT)];    /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
     static constexpr int MREC = FR_WREC_WORDS(FMT); /* words of a stage's weight multipliers */
     uint32_t wrec[RAW][MREC];      /* MX, NVFP4: the weights' record of the stage (rs_mults.cuh; MX: the
                                       k32 multipliers [4][FR_BN] (MXFP8 f16, W4A8 f16x2), 2^ref_w [FR_BN]; NVFP4:
                                       uint16_t [8][FR_BN], the scales per k16 block), by bulk copy */
-    static constexpr int RINGS = CVT * A_HALVES * 4 + RAW * (BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + MREC * 4);
+    static constexpr int RINGS = CVT * A_HALVES * 4 + RA * BMA * FR_AROW(FMT) + RAW * (FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
@@ -244,6 +268,7 @@ struct fr_smem {
     uint32_t am[CVT][FR_MULT_BLOCKS(FMT)][BMA]; /* MXFP8: 2^-(ref_x - b) per k32 block and activation row;
                                          NVFP4: as uint16_t [8][BMA], the E4M3 scale per k16 block as f16 */
     uint64_t raw_full[RAW], raw_empty[RAW], cvt_full[CVT], cvt_empty[CVT];
+    uint64_t act_full[ARAW ? ARAW : 1], act_empty[ARAW ? ARAW : 1]; /* ARAW: the activations' own ring */
     int64_t row0;                     /* the tile's place, for the epilogue: kept here, not in */
     int rows_valid, n0;               /* registers across the K loop (the consumers need them all) */
     float c_scale;                    /* NVFP4: 1 / (S_x S_w), applied to the sums; else 1 */
@@ -681,19 +706,26 @@ template <int FMT, int BMA, int CT>
 __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
                                                const CUtensorMap *tb, int row0, int64_t b_row, int n_k, int kt)
 {
-    constexpr int RAW = fr_smem<FMT, BMA, CT>::RAW;
+    constexpr int RAW = fr_smem<FMT, BMA, CT>::RAW, ARAW = fr_smem<FMT, BMA, CT>::ARAW;
+    constexpr int A_BYTES = ARAW ? 0 : BMA * FR_AROW(FMT); /* the activations' bytes on raw_full */
     int st = kt % RAW;
+    if constexpr (ARAW > 0) { /* first: its slot is free once widened, the weights' once multiplied */
+        const int sa = kt % ARAW;
+        tile_wait(g, &s.act_empty[sa], ((kt / ARAW) & 1) ^ 1);
+        mbar_expect_tx(&s.act_full[sa], BMA * FR_AROW(FMT));
+        tma_load_2d(s.ra[sa], ta, &s.act_full[sa], kt * FR_AROW(FMT), row0);
+    }
     FR_TRACE(10);
     tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
     FR_TRACE(11);
 #ifdef FR_LAB_SKIP_LOADS /* the kernel lab: past the first ring, stages "land" without their activations (bit 1) / weights (bit 2) */
-    const bool load_a = kt < RAW || !(FR_LAB_SKIP_LOADS & 1), load_b = kt < RAW || !(FR_LAB_SKIP_LOADS & 2);
-    mbar_expect_tx(&s.raw_full[st], (load_a ? BMA * FR_AROW(FMT) : 0) + (load_b ? FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT) : 0));
+    const bool load_a = !ARAW && (kt < RAW || !(FR_LAB_SKIP_LOADS & 1)), load_b = kt < RAW || !(FR_LAB_SKIP_LOADS & 2);
+    mbar_expect_tx(&s.raw_full[st], (load_a ? A_BYTES : 0) + (load_b ? FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT) : 0));
     if (load_a) tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
     if (!load_b) return;
 #else
-    mbar_expect_tx(&s.raw_full[st], BMA * FR_AROW(FMT) + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
-    tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
+    mbar_expect_tx(&s.raw_full[st], A_BYTES + FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
+    if constexpr (!ARAW) tma_load_2d(s.ra[st], ta, &s.raw_full[st], kt * FR_AROW(FMT), row0);
 #endif
     tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row); /* x in bytes */
     if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers of the stage (rs_mults.cuh) */
@@ -744,10 +776,12 @@ template <int FMT, int BMA, int CT>
 __device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const fr_stage_scales &cur,
                                                int rows_valid, int cv, int t)
 {
-    constexpr int RAW = fr_smem<FMT, BMA, CT>::RAW, CVT = fr_smem<FMT, BMA, CT>::CVT, NT = FR_WIDEN_THREADS(BMA);
-    int rs = cv % RAW, cs = cv % CVT;
+    typedef fr_smem<FMT, BMA, CT> smem_t;
+    constexpr int RA = smem_t::RA, CVT = smem_t::CVT, NT = FR_WIDEN_THREADS(BMA);
+    uint64_t *a_full = smem_t::ARAW ? s.act_full : s.raw_full, *a_empty = smem_t::ARAW ? s.act_empty : s.raw_empty;
+    int rs = cv % RA, cs = cv % CVT;
     FR_TRACE(8);
-    tile_wait(g, &s.raw_full[rs], (cv / RAW) & 1);
+    tile_wait(g, &a_full[rs], (cv / RA) & 1);
     tile_wait(g, &s.cvt_empty[cs], ((cv / CVT) & 1) ^ 1);
     FR_TRACE(9);
     fr_store_scales(s, cur, rows_valid, cs, t);
@@ -758,7 +792,7 @@ __device__ __forceinline__ void fr_widen_stage(fr_smem<FMT, BMA, CT> &s, const g
 #endif
     FR_TRACE(15);
     fence_proxy_async_shared(); /* generic writes -> wgmma reads */
-    mbar_arrive(&s.raw_empty[rs]);
+    mbar_arrive(&a_empty[rs]);
     mbar_arrive(&s.cvt_full[cs]);
 }
 
@@ -788,6 +822,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     /* MX without a TMA warp (128 rows): thread 0 issues the first LEAD stages
      * first, so that they land while the row references are read. */
     constexpr int LEAD = FR_TMA_WARP_OF(BMA) ? 0 : RAW - 1;
+    static_assert(fr_smem<FMT, BMA, CT>::ARAW == 0 || fr_smem<FMT, BMA, CT>::ARAW >= LEAD, "the activations' ring: a stage reused ahead of its widening");
     const int ahead = FR_MX(FMT) ? min(n_k, LEAD) : 0; /* stages issued before the loop */
     if (t == 0)
         for (int kt = 0; kt < ahead; kt++) fr_issue_stage(s, g, ta, tb, row0, b_row, n_k, kt);
@@ -1168,7 +1203,8 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
-        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], NT + 256);
+        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], (smem_t::ARAW ? 0 : NT) + 256);
+        for (int i = 0; i < smem_t::ARAW; i++) mbar_init(&s.act_full[i], 1), mbar_init(&s.act_empty[i], NT);
         for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], NT), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
@@ -1240,6 +1276,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     if (threadIdx.x == 0) {
         tile_wait_report(g.error);
         for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
+        for (int i = 0; i < smem_t::ARAW; i++) mbar_inval(&s.act_full[i]), mbar_inval(&s.act_empty[i]);
         for (int i = 0; i < smem_t::CVT; i++) mbar_inval(&s.cvt_full[i]), mbar_inval(&s.cvt_empty[i]);
     }
 }
