@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fifty-fifth session's device calls (drafts in dev/drafts/: B = rs_tile_act_ring_mxfp8.patch, C = B +
-# rs_tile_act_ring_w4a8.patch; binaries built on the CI machine by dev/build_carry.sh build-d55).
+# Fifty-fifth session's device calls (B = 87b11f6 + the MXFP8 activation ring, merged as 285bdfc; C = B +
+# dev/drafts/rs_tile_act_ring_w4a8.patch; binaries built on the CI machine by dev/build_carry.sh build-d55).
 #   dev/d55.sh ab     (carry build-d55/moe_ep_{A,C,D}.gz; ~9 min): paired bench, MXFP8 / W4A8 / FP8-BLOCK
 #     (D = C + rs_tile_act_ring_fp8_block.patch)
 #   dev/d55.sh t      (carry build-d55/test_*_C.gz): test_tiles and test_split (split, mega) of C
