@@ -15,6 +15,7 @@
  * the producer without its TMA warp (all 128 threads widen).
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
+ * -DLAB_T512: the 128-row tiles at 96 rows per expert (the flash EP8 slice at T = 512: n96).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
@@ -325,6 +326,12 @@ int main(void)
             LAB_E(RS_FP8_BLOCK, 16, glu ? "decode fp8_block gemm1 n16" : "decode fp8_block gemm2 n16", F8, F8, glu ? F8 : BF,
                   glu ? 4096 : 2048, 4096, glu, 32, rows);
         }
+#elif defined(LAB_T512) /* the flash EP8 slice at T = 512: 32 experts of 96 rows, the 128-row tiles (their n96 form) */
+    LAB_E(RS_MXFP8, 128, "t512 mxfp8 gemm1", MX, MX, MX, 4096, 4096, 1, 32, 96);
+    LAB_E(RS_MXFP8, 128, "t512 mxfp8 gemm2", MX, MX, BF, 2048, 4096, 0, 32, 96);
+    LAB_E(RS_W4A8, 128, "t512 w4a8 gemm1", MX, M4, MX, 4096, 4096, 1, 32, 96);
+    LAB_E(RS_FP8_BLOCK, 128, "t512 fp8_block gemm1", F8, F8, F8, 4096, 4096, 1, 32, 96);
+    LAB_E(RS_MXFP8, 128, "t512 mxfp8 gemm1 at 128 rows", MX, MX, MX, 4096, 4096, 1, 32, 128);
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
 #define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \
