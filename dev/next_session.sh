@@ -17,6 +17,12 @@
 # 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
 #    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
 #    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.
+# 1b. Draft E (dev/drafts/rs_tile_mxfp8_tma_warp.patch, built in the fifty-fifth session, not run): a TMA
+#    warp for MXFP8's 128-row instances; lab -3 % at T = 512's shape. A / B against main
+#    (`scripts/ab.sh 2 A E -- --paths mxfp8 --backends split,mega --geometry ds-v4-flash,ds-v4-pro
+#    --tokens 512,8192 --iters 10`, tools from dev/build_carry.sh), its test_split / test_tiles.
+#    Then the better form: 128 widening threads, the weight slot refilled by the consumer warp that
+#    frees it last (docs/design.md, "Fifty-fifth session"); the lab: dev/wgmma_lab/rs_tile.cu -DLAB_T512.
 # 2. `dev/next_session.sh trace` (carry build-c52; ~1 min): mega's item trace of the cells where
 #    it trails split (TRACE_CELLS to choose); the GEMM items' ~0.5 us preamble (claim to tile)
 #    is unexplained: a trace build with stamps between gemm_item's steps would tell.
