@@ -21,8 +21,12 @@
 #    warp for MXFP8's 128-row instances; lab -3 % at T = 512's shape. A / B against main
 #    (`scripts/ab.sh 2 A E -- --paths mxfp8 --backends split,mega --geometry ds-v4-flash,ds-v4-pro
 #    --tokens 512,8192 --iters 10`, tools from dev/build_carry.sh), its test_split / test_tiles.
-#    Then the better form: 128 widening threads, the weight slot refilled by the consumer warp that
-#    frees it last (docs/design.md, "Fifty-fifth session"); the lab: dev/wgmma_lab/rs_tile.cu -DLAB_T512.
+#    Draft F (dev/drafts/rs_tile_mxfp8_consumer_refill.patch, on main, built, not run): the better
+#    form, 128 widening threads and each weight slot refilled by the consumer warp that frees it last
+#    (an acq_rel shared counter; thread 0 only fills the ring first and issues the activations).
+#    Lab first (dev/wgmma_lab/rs_tile.cu -DLAB_T512 with F applied, against main's: the consumers'
+#    waits should drop from ~40 k towards ~15 k cycles a tile), then A / B of A, E, F, and F's tests.
+#    Predicted F: MXFP8 -5-10 % at T = 512 on both backends, 0-2 % at 8192.
 # 2. `dev/next_session.sh trace` (carry build-c52; ~1 min): mega's item trace of the cells where
 #    it trails split (TRACE_CELLS to choose); the GEMM items' ~0.5 us preamble (claim to tile)
 #    is unexplained: a trace build with stamps between gemm_item's steps would tell.
