@@ -712,8 +712,14 @@ __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA, CT> &s, const g
     if constexpr (ARAW > 0) { /* first: its slot is free once widened, the weights' once multiplied */
         const int sa = kt % ARAW;
         tile_wait(g, &s.act_empty[sa], ((kt / ARAW) & 1) ^ 1);
-        mbar_expect_tx(&s.act_full[sa], BMA * FR_AROW(FMT));
-        tma_load_2d(s.ra[sa], ta, &s.act_full[sa], kt * FR_AROW(FMT), row0);
+#ifdef FR_LAB_SKIP_LOADS /* the kernel lab's bit 1 (below) for this ring: past its first fill, no bytes */
+        if (kt >= ARAW && (FR_LAB_SKIP_LOADS & 1)) mbar_expect_tx(&s.act_full[sa], 0);
+        else
+#endif
+        {
+            mbar_expect_tx(&s.act_full[sa], BMA * FR_AROW(FMT));
+            tma_load_2d(s.ra[sa], ta, &s.act_full[sa], kt * FR_AROW(FMT), row0);
+        }
     }
     FR_TRACE(10);
     tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
