@@ -15,7 +15,9 @@
  * the producer without its TMA warp (all 128 threads widen).
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
- * -DLAB_T512: the 128-row tiles at 96 rows per expert (the flash EP8 slice at T = 512: n96).
+ * -DLAB_T512: the 128-row tiles at 96 rows per expert (the flash EP8 slice at T = 512: n96), and MXFP8 /
+ * W4A8 GEMM1 at 1536 rows per expert (T = 8192). -DFR_LAB_ACT16 (with dev/drafts/lab_act16.patch applied to
+ * fp8_rs_tile.cuh): the MX formats' activations as fp16 rows by TMA, no widening (fifty-sixth session).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
@@ -204,6 +206,13 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
 
     CUtensorMap ta, tb;
     if (fr_make_maps<BMA>(g, rows, &ta, &tb) != MOE_EP_SUCCESS) exit(1);
+#ifdef FR_LAB_ACT16 /* MX: the activations as fp16 rows (the tile's fp16 stages by TMA, no widening) */
+    if (FR_MX(FMT)) {
+        uint8_t *a16 = (uint8_t *)dev_alloc(rows * K * 2);
+        fill_random<<<1024, 256>>>(a16, rows * K * 2, 3, 1); /* E4M3-like bytes: as fp16, finite */
+        if (tma_map_k_major(&ta, a16, rows, K, 2, BMA) != MOE_EP_SUCCESS) exit(1);
+    }
+#endif
     cudaFuncAttributes fa;
     CHECK(cudaFuncGetAttributes(&fa, tile_lab<FMT, BMA, CT>));
     constexpr int CTS = CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA); /* the ring the tile runs */
@@ -332,6 +341,8 @@ int main(void)
     LAB_E(RS_W4A8, 128, "t512 w4a8 gemm1", MX, M4, MX, 4096, 4096, 1, 32, 96);
     LAB_E(RS_FP8_BLOCK, 128, "t512 fp8_block gemm1", F8, F8, F8, 4096, 4096, 1, 32, 96);
     LAB_E(RS_MXFP8, 128, "t512 mxfp8 gemm1 at 128 rows", MX, MX, MX, 4096, 4096, 1, 32, 128);
+    LAB_E(RS_MXFP8, 128, "t8192 mxfp8 gemm1 (1536 rows)", MX, MX, MX, 4096, 4096, 1, 32, 1536);
+    LAB_E(RS_W4A8, 128, "t8192 w4a8 gemm1 (1536 rows)", MX, M4, MX, 4096, 4096, 1, 32, 1536);
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
 #define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \
