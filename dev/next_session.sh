@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-fifth session: MXFP8's activations in a raw ring of their own merged,
+# Device plan (as of the fifty-sixth session; before it, the fifty-fifth's: MXFP8's activations in a raw ring of their own merged,
 # mega now faster than split in every cell of issue #4's tables on an H100: docs/benchmarks.md,
 # first section; the fifty-fourth session's drafts B / C and draft O in the second). First `status`: if it lists a multi-GPU kind,
 # issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
@@ -12,21 +12,25 @@
 #   build-carry/ (modes `stamps` and the default): moe_ep_A (main's tool), moe_ep_T (as
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
-# Calls, in order of value:
-# 0. (done in the fifty-fifth session: issue #4's tables on the merge, `dev/issue4_run.sh DIR/moe_ep`.)
+# Calls, in order of value (fifty-sixth session: drafts E / F lost; the lab's act16 result,
+# docs/benchmarks.md first section; the device gave ~40 minutes of failed starts):
+# 0a. `dev/d56.sh` (carry build-d56b; ~3 min): a third fp16 stage for MXFP8's 128-row tile (B,
+#    lab -5 % at T = 8192's shape) and for W4A8's too (W): W's test_tiles / test_split (split, mega),
+#    then A / B of main, B, W on mxfp8 / w4a8, split and mega, flash / pro, T = 512 / 8192. Build:
+#    dev/build_carry.sh build-d56b test_split,test_tiles -- B=rs_tile_mxfp8_cvt3.patch
+#    W=rs_tile_mx_cvt3.patch; move test_*_B.gz out (the carry's 64 MiB). Predicted: MXFP8 -3-5 %
+#    at 8192 on both backends, ~0 at 512.
+# 0b. Split's A16 form (dev/drafts/split_act16.patch: fold_rows.cu folds the MX rows once into
+#    fp16, the 128-row tile takes them by TMA; split only, built ptxas-clean, not run): its
+#    test_split with split and mega (mega = split bit for bit proves the fold equals the
+#    widening), test_tiles, then A / B against main on mxfp8,w4a8 --backends split at T = 512 /
+#    8192. Predicted: split fwd -3-5 % at 512, -8-10 % at 8192 (lab GEMM1 -20 %, less the fold
+#    passes). Mega would then trail split at 8192: mega's fold (design.md, "Fifty-sixth session")
+#    before merging.
 # 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
 #    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
 #    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.
-# 1b. Draft E (dev/drafts/rs_tile_mxfp8_tma_warp.patch, built in the fifty-fifth session, not run): a TMA
-#    warp for MXFP8's 128-row instances; lab -3 % at T = 512's shape. A / B against main
-#    (`scripts/ab.sh 2 A E -- --paths mxfp8 --backends split,mega --geometry ds-v4-flash,ds-v4-pro
-#    --tokens 512,8192 --iters 10`, tools from dev/build_carry.sh), its test_split / test_tiles.
-#    Draft F (dev/drafts/rs_tile_mxfp8_consumer_refill.patch, on main, built, not run): the better
-#    form, 128 widening threads and each weight slot refilled by the consumer warp that frees it last
-#    (an acq_rel shared counter; thread 0 only fills the ring first and issues the activations).
-#    Lab first (dev/wgmma_lab/rs_tile.cu -DLAB_T512 with F applied, against main's: the consumers'
-#    waits should drop from ~40 k towards ~15 k cycles a tile), then A / B of A, E, F, and F's tests.
-#    Predicted F: MXFP8 -5-10 % at T = 512 on both backends, 0-2 % at 8192.
+# 1b. (done in the fifty-sixth session: drafts E and F, both lost; docs/benchmarks.md.)
 # 2. `dev/next_session.sh trace` (carry build-c52; ~1 min): mega's item trace of the cells where
 #    it trails split (TRACE_CELLS to choose); the GEMM items' ~0.5 us preamble (claim to tile)
 #    is unexplained: a trace build with stamps between gemm_item's steps would tell.
