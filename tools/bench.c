@@ -437,7 +437,7 @@ static void trace_dump(const char *label, const moe_ep_mega_trace_rec_t *r, uint
 static void trace_mega_forward(run_ctx_t *c, cudaStream_t s, const char *label)
 {
     static const char *kinds[MOE_EP_MEGA_ITEM_KINDS] = {"send", "count", "dispatch", "gemm1", "gemm2",
-                                                               "rows", "combine", "start", "exit"};
+                                                               "rows", "combine", "start", "exit", "fold"};
     enum { CAP = 1 << 20 };
     moe_ep_mega_trace_rec_t *r = (moe_ep_mega_trace_rec_t *)malloc(CAP * sizeof *r);
     uint32_t n = 0;

@@ -70,8 +70,8 @@ static const char *mega_wait_name(uint32_t kind)
     static const char *names[] = {"?", "the routing counts (index)", "the rows of local expert",
                                   "the GEMM1 tiles of m tile", "the GEMM2 tiles of m tile",
                                   "the previous forward of rank", "the tokens of rank",
-                                  "the output rows of token"};
-    return names[kind <= 7 ? kind : 0];
+                                  "the output rows of token", "the fold item of m tile"};
+    return names[kind <= 8 ? kind : 0];
 }
 
 moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group, moe_ep_status_t *status)
@@ -94,7 +94,7 @@ moe_ep_status_t moe_ep_group_get_async_error(moe_ep_group_t group, moe_ep_status
                               detail == MOE_EP_WAIT_NCCL_TOKENS    ? "token exchange of a forward"
                               : detail == MOE_EP_WAIT_NCCL_OUTPUTS ? "output exchange of a forward"
                                                                    : "host-side collective");
-    else if (kind == MOE_EP_DEVERR_TIMEOUT && (detail >> 20) >= 1 && (detail >> 20) <= 7)
+    else if (kind == MOE_EP_DEVERR_TIMEOUT && (detail >> 20) >= 1 && (detail >> 20) <= 8)
         *status = MOE_EP_FAIL(MOE_EP_ERROR_TIMEOUT,
                               "mega kernel: a wait for %s %u timed out (timeout_seconds); a rank "
                               "did not take part or its tokens did not arrive", mega_wait_name(detail >> 20), detail & 0xFFFFFu);

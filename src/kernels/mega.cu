@@ -20,13 +20,15 @@
  * Parts, each included here only: mega_common.cuh (modes, the block's shared
  * state, waits and signals between blocks, the staged-row ring, the
  * parameters), mega_dispatch.cuh (count and dispatch items), mega_gemm.cuh
- * (GEMM items and the register tile's item protocol), mega_runs.cuh (the bf16
+ * (GEMM items and the register tile's item protocol), mega_fold.cuh (the A16
+ * tiles' fold items), mega_runs.cuh (the bf16
  * GEMM runs), mega_combine.cuh (local combine items), mega_links.cuh (NCCL
  * groups: send, row and link combine items). Here: the item counts, the
  * plan, the exit, the kernel's item loop and its launch. */
 #include "kernels/mega_common.cuh"
 #include "kernels/mega_dispatch.cuh"
 #include "kernels/mega_gemm.cuh"
+#include "kernels/mega_fold.cuh"
 #include "kernels/mega_runs.cuh"
 #include "kernels/mega_combine.cuh"
 #include "kernels/mega_links.cuh"
@@ -68,15 +70,18 @@ __device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh, bool s
 }
 
 /* The block's copy of the plan, once every slot is counted: expert row and
- * tile offsets in shared memory. */
-template <int BM>
+ * tile offsets in shared memory; A16: a fold item an m tile before each GEMM. */
+template <int BM, bool A16>
 __device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh)
 {
     const mega_ctx c = ctx_of(a, sh);
     if (!block_wait(&c.ctr[MOE_EP_MEGA_CTR_COUNTED], sh->n_count, a, MOE_EP_MEGA_WAIT_COUNT, 0)) return false;
     if (!block_not_failed(a)) return false; /* a bad id (set before its item counted): nothing runs on */
     moe_ep_scan_experts(a.b.expert_count, a.d.E, BM, c.off, c.tile_off);
-    if (threadIdx.x == 0) sh->tiles = c.tile_off[a.d.E];
+    if (threadIdx.x == 0) {
+        sh->tiles = c.tile_off[a.d.E];
+        if constexpr (A16) sh->n_fold = sh->tiles; /* else 0 since the start (MEGA_DEFERS instances read it) */
+    }
     __syncthreads();
     return true;
 }
@@ -149,6 +154,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if constexpr (MEGA_DEFERS(MODE)) { /* for the register tile's hook (gemm_dependency), which has no args */
             sh->pending = nullptr, sh->dep_item = -1;
             sh->ready = a.counters + MOE_EP_MEGA_CTR_FIXED, sh->E = a.d.E, sh->n_send = n_send;
+            sh->max_m_tiles = a.max_m_tiles, sh->n_fold = 0;
         }
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             count_item(a, sh, i);
             continue;
         }
-        if (sh->tiles < 0 && !mega_plan<BM>(a, sh)) break;
+        if (sh->tiles < 0 && !mega_plan<BM, MEGA_A16(MODE, BM)>(a, sh)) break;
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
@@ -192,6 +198,15 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             continue;
         }
         i -= sh->n_groups;
+        if constexpr (MEGA_A16(MODE, BM)) { /* GEMM1's fold items (mega_fold.cuh) */
+            if (i < sh->n_fold) {
+                MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
+                if (!fold_item<true, true>(p, sh, i)) break;
+                continue;
+            }
+            i -= sh->n_fold;
+        }
+        const int n_f2 = MEGA_A16(MODE, BM) ? sh->n_fold : 0; /* GEMM2's fold items, between the GEMMs' */
         int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2, n_rows = a.link.world ? sh->tiles : 0;
         if constexpr (MODE == MODE_WGMMA) { /* bf16 outputs: pipelined over the block's GEMM items */
             if (i < n_g1 || (i < n_g1 + n_g2 && pinned_int((int)p.g2.out_fmt) == MOE_EP_FORMAT_BF16)) {
@@ -206,7 +221,10 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if (i < n_g1) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM1);
             ok = gemm_item<BM, MODE, SB, true>(p, sh, smem, i);
-        } else if ((i -= n_g1) < n_g2) {
+        } else if (MEGA_A16(MODE, BM) && i - n_g1 < n_f2) {
+            MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
+            ok = fold_item<false, MEGA_A16(MODE, BM)>(p, sh, i - n_g1);
+        } else if ((i -= n_g1 + n_f2) < n_g2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM2);
             ok = gemm_item<BM, MODE, SB, false>(p, sh, smem, i);
         } else if ((i -= n_g2) < n_rows) {
@@ -314,6 +332,13 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
         MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1, BM));
         MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2, BM));
     } else if constexpr (MODE_RS(MODE)) {
+        if constexpr (MEGA_A16(MODE, BM)) { /* the fold items' rows (mega_fold.cuh), a stage of the ring at least one row */
+            const int64_t K = a->d.H > a->d.I ? a->d.H : a->d.I, row = K + moe_ep_act_scale_stride(MOE_EP_FORMAT_MXFP8, K);
+            if (!a->b.act16) return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no act16 buffer for the A16 tiles", name);
+            if ((int64_t)p.xs.sh_offset < MEGA_STAGES * row)
+                return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: rows of %lld too long for the fold items' stages", name, (long long)K);
+            p.g1.a16 = p.g2.a16 = a->b.act16, p.g1.a16_pitch = p.g2.a16_pitch = (int)K;
+        }
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));
     }

@@ -32,6 +32,10 @@
  * whose wgmmas ptxas then serialised (C7511). */
 #define MEGA_CLAIM_CHECKS(m) ((m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || MODE_RS(m))
+/* The 128-row MX instances run the register tile's A16 form: fold items turn
+ * each m tile's rows into fp16 once (fold_rows.cuh), before its GEMM1 and
+ * again before its GEMM2 items, instead of every tile widening them. */
+#define MEGA_A16(m, bm) (((m) == MODE_MX_RS || (m) == MODE_W4_RS) && (bm) == 128)
 #define RS_FMT_OF(m) \
     ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
 
@@ -90,6 +94,8 @@ struct mega_shared {
     int E, n_send;                     /* a.d.E; the send items before the count items */
     const uint32_t *error;             /* a.b.error, read when the next item is claimed in a tile */
     int claim_failed;                  /* the error word was set when the tile claimed sh->next */
+    int n_fold;                        /* fold items before each GEMM: tiles (MEGA_A16) or 0 (set at the plan) */
+    int max_m_tiles;                   /* a.max_m_tiles: the done counters' stride (gemm_dependency) */
 #ifdef MOE_EP_MEGA_TRACE
     int trace_kind; /* the open item's kind, -1: none */
     unsigned long long trace_t0, trace_tw, trace_stall;
@@ -97,7 +103,8 @@ struct mega_shared {
 };
 
 /* Counters, the block's plan and the item's slots, derived from the args and
- * the shared block (rebuilt where needed: cheap, and nothing stays live). */
+ * the shared block (rebuilt where needed: cheap, and nothing stays live). The
+ * fold items' done counters follow g2_done: mega_fold_done. */
 struct mega_ctx {
     int32_t *ctr, *ready, *g1_done, *g2_done;
     int32_t *off, *tile_off, *rows_s, *expert_s;
@@ -113,6 +120,12 @@ __device__ __forceinline__ mega_ctx ctx_of(const moe_ep_mega_args_t &a, mega_sha
     c.rows_s = c.tile_off + a.d.E + 1, c.expert_s = c.rows_s + blockDim.x;
     c.n_tok = sh->n_tok, c.tpi = sh->tpi, c.n1 = sh->n1, c.n2 = sh->n2;
     return c;
+}
+
+/* fold1_done (FIRST) or fold2_done of m tile mt (the A16 instances' fold items, mega_fold.cuh). */
+__device__ __forceinline__ int32_t *mega_fold_done(const moe_ep_mega_args_t &a, const mega_ctx &c, bool first, int mt)
+{
+    return c.g2_done + (first ? 1 : 2) * (int64_t)a.max_m_tiles + mt;
 }
 
 __device__ __forceinline__ int32_t ld_acquire(const int32_t *p)

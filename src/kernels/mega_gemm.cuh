@@ -64,16 +64,21 @@ __device__ __forceinline__ void release_pending(mega_shared *sh)
  * NULL: not a GEMM item. From the shared block alone (the tile's hook has no args). */
 __device__ __forceinline__ const int32_t *gemm_dependency(const mega_shared *sh, int item, int32_t &target)
 {
-    const int j = item - sh->n_send - sh->n_count - sh->n_groups, n_g1 = sh->tiles * sh->n1;
-    if (item < 0 || j < 0 || j >= n_g1 + sh->tiles * sh->n2) return nullptr;
-    if (j >= n_g1) { /* GEMM2 item j - n_g1: m tile (j - n_g1) / n2 (gemm_item_tile's order) */
-        target = sh->n1;
-        return sh->ready + sh->E + (j - n_g1) / sh->n2; /* g1_done[mt] */
+    const int j = item - sh->n_send - sh->n_count - sh->n_groups - sh->n_fold, n_g1 = sh->tiles * sh->n1;
+    if (item < 0 || j < 0) return nullptr;
+    const int32_t *g1_done = sh->ready + sh->E, *f1_done = g1_done + 2 * sh->max_m_tiles;
+    if (j < n_g1) { /* GEMM1 item j: m tile j / n1 (gemm_item_tile's order) */
+        if (sh->n_fold) return target = 1, f1_done + j / sh->n1;
+        const int32_t *off = (const int32_t *)(sh + 1), *tile_off = off + sh->E + 1;
+        const int e = tile_expert(tile_off, sh->E, j / sh->n1);
+        target = off[e + 1] - off[e];
+        return sh->ready + e;
     }
-    const int32_t *off = (const int32_t *)(sh + 1), *tile_off = off + sh->E + 1;
-    const int e = tile_expert(tile_off, sh->E, j / sh->n1);
-    target = off[e + 1] - off[e];
-    return sh->ready + e;
+    const int j2 = j - n_g1 - sh->n_fold; /* GEMM2 item j2 (the fold items of GEMM2 before it) */
+    if (j2 < 0 || j2 >= sh->tiles * sh->n2) return nullptr;
+    if (sh->n_fold) return target = 1, f1_done + sh->max_m_tiles + j2 / sh->n2; /* fold2_done[mt] */
+    target = sh->n1;
+    return g1_done + j2 / sh->n2;
 }
 
 /* mega_shared_offset of the register tile's modes: a constant (their tile's
@@ -127,9 +132,14 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
 #ifdef MOE_EP_MEGA_TRACE /* the trace's stall of a GEMM item: 1 where it takes block_wait */
         if (threadIdx.x == 0) sh->trace_stall = claim_saw_inputs<MODE>(sh) ? 0 : 1;
 #endif
-        bool ok = claim_saw_inputs<MODE>(sh) ||
-                  (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
-                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
+        bool ok;
+        if constexpr (MEGA_A16(MODE, BM)) /* the m tile's rows in fp16 (mega_fold.cuh) */
+            ok = claim_saw_inputs<MODE>(sh) ||
+                 block_wait(mega_fold_done(a, c, FIRST, mt), 1, a, MOE_EP_MEGA_WAIT_FOLD, (uint32_t)mt);
+        else
+            ok = claim_saw_inputs<MODE>(sh) ||
+                 (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                        : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
         if (!ok) return false;
         if constexpr (MODE == MODE_WGMMA) { /* after the wait: nothing more held across it */
             const int step = mega_spread_step(c, e);
@@ -151,7 +161,8 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
          * (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
         constexpr bool AFTER = BM == 128 || FR_PAIRED(FMT, BM);
-        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>>(FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
+        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>, FR_CTAS_OF(FMT, BM), MEGA_A16(MODE, BM)>(
+            FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
     }
     else

@@ -6,7 +6,9 @@
  *   count     slots -> per-expert positions (ids checked)         [slot chunks]
  *   dispatch  tokens quantized into their expert rows             [token groups]
  *             (bf16 on the wgmma tile: only each row's source; GEMM1 reads x)
+ *   fold1     an m tile's MX rows folded into fp16 (A16 tiles)    [tiles, or none]
  *   gemm1     GEMM1 + SwiGLU + requant tiles (m tile x 256 cols)  [tiles x 2I/256]
+ *   fold2     an m tile's GEMM1 output rows folded (A16 tiles)    [tiles, or none]
  *   gemm2     GEMM2 + wire tiles (m tile x 256 cols)              [tiles x H/256]
  *   combine   weighted sums of a token's rows -> out              [token groups]
  * An item waits only on items before it (counters below), and a block takes
@@ -27,7 +29,8 @@ enum {
     MOE_EP_MEGA_CTR_WORK = 0,  /* next item */
     MOE_EP_MEGA_CTR_COUNTED,   /* count items done */
     MOE_EP_MEGA_CTR_EXITED,    /* blocks finished */
-    MOE_EP_MEGA_CTR_FIXED = 4  /* then ready[E], gemm1_done[m_tiles], gemm2_done[m_tiles] */
+    MOE_EP_MEGA_CTR_FIXED = 4  /* then ready[E], gemm1_done[m_tiles], gemm2_done[m_tiles],
+                                  fold1_done[m_tiles], fold2_done[m_tiles] */
 };
 
 /* Which wait timed out: the device error word's detail is (kind << 20) | index. */
@@ -38,7 +41,8 @@ enum {
     MOE_EP_MEGA_WAIT_GEMM2 = 4,  /* GEMM2 tiles of an m tile (index: the m tile) */
     MOE_EP_MEGA_WAIT_PEER = 5,   /* a rank's previous forward (index: the rank) */
     MOE_EP_MEGA_WAIT_TOKENS = 6, /* a rank's tokens (index: the rank) */
-    MOE_EP_MEGA_WAIT_OUTPUTS = 7 /* output rows of one of this rank's tokens (index: the token) */
+    MOE_EP_MEGA_WAIT_OUTPUTS = 7, /* output rows of one of this rank's tokens (index: the token) */
+    MOE_EP_MEGA_WAIT_FOLD = 8     /* the fold item of an m tile (index: the m tile) */
 };
 
 /* NCCL groups (one rank per GPU): the kernel moves tokens and output rows
@@ -82,7 +86,7 @@ typedef struct moe_ep_mega_args {
     moe_ep_split_bufs_t b;
     moe_ep_split_io_t io;
     int32_t *counters;    /* [moe_ep_mega_counter_count(E, max_m_tiles)] */
-    int max_m_tiles;      /* capacity of gemm1_done / gemm2_done */
+    int max_m_tiles;      /* capacity of gemm1_done / gemm2_done / fold1_done / fold2_done */
     long long timeout_ns; /* bound of every wait */
     int absent_rank;      /* tests: this local rank's tokens never arrive; -1 = none */
     int32_t *row_slot;    /* [rows capacity]: each row's source slot (r * T_max + t) * K + k, written by the
@@ -107,7 +111,7 @@ MOE_EP_HD int64_t moe_ep_mega_link_layout(moe_ep_mega_link_t *l, int W, int T_ma
 MOE_EP_HD int64_t moe_ep_mega_max_m_tiles(int64_t rows_capacity, int E) { return rows_capacity / 16 + E; }
 MOE_EP_HD int64_t moe_ep_mega_counter_count(int E, int64_t max_m_tiles)
 {
-    return MOE_EP_MEGA_CTR_FIXED + E + 2 * max_m_tiles;
+    return MOE_EP_MEGA_CTR_FIXED + E + 4 * max_m_tiles;
 }
 
 /* Largest hidden size and expert count the kernel takes (shared memory). */
@@ -132,7 +136,7 @@ const char *moe_ep_mega_unsupported(const moe_ep_split_dims_t *d);
 enum {
     MOE_EP_MEGA_ITEM_SEND, MOE_EP_MEGA_ITEM_COUNT, MOE_EP_MEGA_ITEM_DISPATCH, MOE_EP_MEGA_ITEM_GEMM1,
     MOE_EP_MEGA_ITEM_GEMM2, MOE_EP_MEGA_ITEM_ROWS, MOE_EP_MEGA_ITEM_COMBINE, MOE_EP_MEGA_ITEM_START,
-    MOE_EP_MEGA_ITEM_EXIT, MOE_EP_MEGA_ITEM_KINDS
+    MOE_EP_MEGA_ITEM_EXIT, MOE_EP_MEGA_ITEM_FOLD, MOE_EP_MEGA_ITEM_KINDS
 };
 typedef struct {
     uint32_t block, kind;

@@ -80,6 +80,13 @@ static inline int moe_ep_weight_records_on(moe_ep_path_t path, int H, int I, int
 {
     return path != MOE_EP_PATH_FP8_BLOCK && moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
 }
+/* MXFP8 and W4A8 layers fold their activation rows once into fp16 for the
+ * 128-row register tile (bufs.act16, fold_rows.cu), which then takes them by
+ * TMA instead of widening them in each of an m tile's N / 256 tiles. */
+static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I)
+{
+    return (path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8) && moe_ep_rs_tile_fits(path, H, I);
+}
 #define MOE_EP_WEIGHT_RECORD_BYTES(path, rows, K) \
     ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : (path) == MOE_EP_PATH_W4A8 ? 5 : 3) * 256 * 4)
 
@@ -187,6 +194,9 @@ typedef struct moe_ep_split_bufs {
     uint8_t *xq, *xq_scales;  /* [R*T_max*K] activation rows of H */
     uint8_t *aq, *aq_scales;  /* [R*T_max*K] activation rows of I */
     uint8_t *y, *y_scales;    /* [R*T_max*K] wire rows of H */
+    uint16_t *act16;          /* MXFP8 / W4A8 on the 128-row register tile: [R*T_max*K][max(H, I)] the
+                                 activation rows folded once into fp16 (fold_rows.cu), GEMM1's then
+                                 GEMM2's; NULL: each tile widens its rows itself */
     uint32_t *error;          /* device error word */
     uint32_t *error_mapped;   /* host-mapped copy, written at the end of forward */
 } moe_ep_split_bufs_t;

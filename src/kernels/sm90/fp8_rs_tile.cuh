@@ -860,6 +860,50 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     }
 }
 
+/* The A16 form (the 128-row MX instances, g.a16 set): the activation
+ * rows come folded once into fp16 (fold_rows.cuh: the values fr_widen_rows
+ * would write), ta maps them ([rows][K] fp16 a16_pitch apart, boxes of 64 x BMA, the
+ * 128-byte swizzle of the fp16 stages), and the producer only streams:
+ * thread 0 the weights and their records, thread 32 the fp16 stages (two
+ * boxes each); all 128 threads first read the row references (2^ref_x for
+ * the sums). No raw activations, no widening: each m tile's rows were
+ * widened again by each of its N / 256 tiles. */
+template <int FMT, int BMA, typename HOOK, int CT>
+__device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
+                                               const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
+                                               int n_k, int t)
+{
+    typedef fr_smem<FMT, BMA, CT> smem_t;
+    constexpr int RAW = smem_t::RAW, CVT = smem_t::CVT;
+    const int64_t b_row = (int64_t)e * g.N + n0;
+    if (t == 0 || t == 32) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other kernels (blocks) wrote */
+    fr_row_refs<BMA, 128>(s, g, row0, rows_valid, t);
+    if (t == 0) {
+#pragma unroll 1
+        for (int kt = 0; kt < n_k; kt++) {
+            const int st = kt % RAW;
+            tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
+            mbar_expect_tx(&s.raw_full[st], FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
+            tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row);
+            bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT), FR_WREC_STAGE(FMT),
+                      &s.raw_full[st]);
+            if (kt == min(n_k, RAW) - 1) HOOK::loads_issued();
+        }
+    } else if (t == 32) {
+#pragma unroll 1
+        for (int kt = 0; kt < n_k; kt++) {
+            const int cs = kt % CVT;
+            tile_wait(g, &s.cvt_empty[cs], ((kt / CVT) & 1) ^ 1);
+            mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
+            tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
+            tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
+        }
+    }
+}
+
+/* Whether a tile can run the A16 form: the 128-row MX instances (split: with g.a16 set; mega: always). */
+#define FR_A16_OF(FMT, BMA, CT) (FR_MX(FMT) && (BMA) == 128 && (CT) == 1)
+
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
  * stage 0, its scale products (MXFP8: 2^ref_x) in stage 0, its row g's k32
@@ -1198,7 +1242,7 @@ __device__ __forceinline__ uint8_t *fr_tile_base(uint8_t *smem_raw)
 #define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4 || (FMT) == RS_MXFP8))
 
 template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true, typename HOOK = fr_no_hook,
-          int CTAS = FR_CTAS_OF(FMT, BMA)>
+          int CTAS = FR_CTAS_OF(FMT, BMA), bool A16 = false>
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int row0, int rows_valid, int n0)
 {
@@ -1207,11 +1251,13 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX, 128 rows, one block an SM");
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
-        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], (smem_t::ARAW ? 0 : NT) + 256);
+        /* A16: the widening threads arrive nowhere; the fp16 stages land by TMA (one arrival, the expect_tx) */
+        for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], (smem_t::ARAW || A16 ? 0 : NT) + 256);
         for (int i = 0; i < smem_t::ARAW; i++) mbar_init(&s.act_full[i], 1), mbar_init(&s.act_empty[i], NT);
-        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], NT), mbar_init(&s.cvt_empty[i], 256);
+        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? 1 : NT), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
         s.c_scale = FR_NV(FMT) ? __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e])) : 1.0f; /* as the mma.sync tile */
@@ -1219,7 +1265,8 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     __syncthreads();
     if (wg == 0) {
         if constexpr (CTAS == 1) setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
-        fr_produce<FMT, BMA, HOOK>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        if constexpr (A16) fr_produce_a16<FMT, BMA, HOOK>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
+        else fr_produce<FMT, BMA, HOOK>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
         /* the next item's claim: its atomic's round trip runs beside the
          * consumers' last stages and the epilogue, not after them */
         if (t == 0 && g.claim_counter) {
@@ -1327,6 +1374,8 @@ static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capa
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL,
                            "the FP8 register tile: FP8-BLOCK, MXFP8 or W4A8 operands, N %% 256, K %% 128");
     if (fmt == RS_NVFP4) MOE_EP_CHECK(tma_map_rows_swizzle64(ta, g.a, rows_capacity, g.K / 2, BMA));
+    else if (g.a16 && FR_A16_OF(fmt, BMA, 1)) /* the A16 form: fp16 rows a16_pitch apart, the fp16 stages' boxes */
+        MOE_EP_CHECK(tma_map_rows_pitch(ta, g.a16, rows_capacity, g.K, g.a16_pitch, 2, 128, BMA));
     else MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, BMA));
     if (fmt == RS_W4A8 || fmt == RS_NVFP4) return tma_map_rows_swizzle64(tb, g.b, (int64_t)g.E * g.N, g.K / 2, FR_BN);
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);

@@ -77,17 +77,30 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
     return d.tile_rows == 16 ? launch_for_format<16, BN>(g, d, s, name) : launch_for_format<64, BN>(g, d, s, name);
 }
 
+/* GEMM g's rows folded once into b.act16 for the 128-row register tile's A16
+ * form (moe_ep_act16_on), g.a16 then set; else g as it is. */
+static moe_ep_status_t fold_for_a16(gemm_args &g, const moe_ep_split_dims_t &d, const moe_ep_split_bufs_t &b, cudaStream_t s)
+{
+    if (!b.act16 || d.tile_rows != 128) return MOE_EP_SUCCESS;
+    g.a16_pitch = d.H > d.I ? d.H : d.I;
+    MOE_EP_CHECK(moe_ep_fold_mx_rows(g, b.act16, (int64_t)d.R * d.T_max * d.K, d.num_sms, s));
+    g.a16 = b.act16;
+    return MOE_EP_SUCCESS;
+}
+
 extern "C" moe_ep_status_t moe_ep_launch_experts(const moe_ep_split_dims_t *d, const moe_ep_split_bufs_t *b,
                                                  moe_ep_stream_t stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    moe_ep_status_t st = launch_tiles<256>(moe_ep_gemm1_args(*d, *b), *d, s, "grouped_gemm1_swiglu");
+    gemm_args g1 = moe_ep_gemm1_args(*d, *b), g2 = moe_ep_gemm2_args(*d, *b);
+    MOE_EP_CHECK(fold_for_a16(g1, *d, *b, s));
+    moe_ep_status_t st = launch_tiles<256>(g1, *d, s, "grouped_gemm1_swiglu");
     if (st != MOE_EP_SUCCESS) return st;
+    MOE_EP_CHECK(fold_for_a16(g2, *d, *b, s)); /* GEMM1's output rows, into the same buffer (GEMM1 is done with it) */
     /* GEMM2 on 256 columns where the 64-row mma.sync tile runs: 16 warps per
      * CTA instead of 8 (one CTA per SM either way: registers), as GEMM1
      * (ncu, mxfp8 flash T=8192: GEMM1's 64 x 256 tiles did 2x the FLOPs of
      * GEMM2's 64 x 128 in 1.6x the time). The bits do not depend on it. */
-    if (d->tile_rows == 64 && d->H % 256 == 0)
-        return launch_tiles<256>(moe_ep_gemm2_args(*d, *b), *d, s, "grouped_gemm2_wire");
-    return launch_tiles<128>(moe_ep_gemm2_args(*d, *b), *d, s, "grouped_gemm2_wire");
+    if (d->tile_rows == 64 && d->H % 256 == 0) return launch_tiles<256>(g2, *d, s, "grouped_gemm2_wire");
+    return launch_tiles<128>(g2, *d, s, "grouped_gemm2_wire");
 }

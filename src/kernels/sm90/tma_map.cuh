@@ -27,12 +27,12 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 tma_encode_fn(void)
  * 1: e4m3 as bytes) with a box of box_rows rows x box_bytes bytes of K:
  * 128 bytes with the 128-byte swizzle (one swizzle atom: 64 bf16 or 128 e4m3
  * elements, wgmma operand layout), or fewer unswizzled (dense rows). */
-static inline moe_ep_status_t tma_map_rows(CUtensorMap *m, const void *base, int64_t rows, int64_t cols,
-                                           int elem_bytes, int box_bytes, int box_rows)
+static inline moe_ep_status_t tma_map_rows_pitch(CUtensorMap *m, const void *base, int64_t rows, int64_t cols,
+                                                 int64_t pitch, int elem_bytes, int box_bytes, int box_rows)
 {
     PFN_cuTensorMapEncodeTiled_v12000 fn = tma_encode_fn();
     if (!fn) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)(cols * elem_bytes)};
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)(pitch * elem_bytes)};
     cuuint32_t box[2] = {(cuuint32_t)(box_bytes / elem_bytes), (cuuint32_t)box_rows}, elem[2] = {1, 1};
     CUtensorMapDataType type = elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
     CUtensorMapSwizzle swz = box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
@@ -40,6 +40,13 @@ static inline moe_ep_status_t tma_map_rows(CUtensorMap *m, const void *base, int
                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) return MOE_EP_FAIL(MOE_EP_ERROR_CUDA, "cuTensorMapEncodeTiled failed (%d)", (int)r);
     return MOE_EP_SUCCESS;
+}
+
+/* Rows of cols elements, each pitch apart (the rows' own width: tma_map_rows). */
+static inline moe_ep_status_t tma_map_rows(CUtensorMap *m, const void *base, int64_t rows, int64_t cols,
+                                           int elem_bytes, int box_bytes, int box_rows)
+{
+    return tma_map_rows_pitch(m, base, rows, cols, cols, elem_bytes, box_bytes, box_rows);
 }
 
 /* [rows][cols] bytes with boxes of box_rows x 64 bytes, 64-byte swizzle

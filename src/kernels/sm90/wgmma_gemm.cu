@@ -99,7 +99,9 @@ __device__ __forceinline__ void wg_persistent(const gemm_args &g, const CUtensor
     if (threadIdx.x == 0) wg_ring_inval<WG_STAGES>(g, s.full, s.empty);
 }
 
-template <int KIND>
+/* A16: the register tile's A16 form (rows folded once, g.a16: fold_rows.cu), its own kernel (in one
+ * kernel beside the widening form, the 128-row MX kernels spilled 8 bytes) */
+template <int KIND, bool A16 = false>
 __global__ void __launch_bounds__(WG_THREADS, tile_shape<KIND>::CTAS) grouped_gemm_wgmma(gemm_args g, const __grid_constant__ CUtensorMap ta,
                                                                      const __grid_constant__ CUtensorMap tb)
 {
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(WG_THREADS, tile_shape<KIND>::CTAS) grouped_ge
         if (threadIdx.x == 0) next_tile = tile + gridDim.x; /* read after the tile's closing barrier */
         const tile_pos p = tile_pos_of<KIND>(g, tile, n_tiles);
         if constexpr (S::RS)
-            fp8_rs_tile<S::RS_FMT, S::BM, true, true, fr_no_hook, S::CTAS>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
+            fp8_rs_tile<S::RS_FMT, S::BM, true, true, fr_no_hook, S::CTAS, A16>(g, &ta, &tb, smem_raw, p.e, (int)p.row0, p.rows_valid, p.n0);
         else wgmma_tile(g, &ta, &tb, smem_raw, p.e, p.row0, p.rows_valid, p.n0);
         tile = next_tile;
         __syncthreads(); /* read by every thread before thread 0 writes the next */
@@ -155,6 +157,8 @@ static moe_ep_status_t launch(const gemm_args &g, int64_t rows_capacity, int num
     /* bf16 outputs: stored from registers, one pipeline over the tiles */
     const bool bf16_out = KIND == TILE_BF16 && g.out_fmt == MOE_EP_FORMAT_BF16, glu = g.N != g.N_out;
     const void *fn = bf16_out ? wg_bf16_kernel(glu, swap) : (const void *)grouped_gemm_wgmma<KIND>;
+    if constexpr (S::RS && FR_A16_OF(S::RS_FMT, S::BM, S::CTAS))
+        if (g.a16) fn = (const void *)grouped_gemm_wgmma<KIND, true>; /* maps g.a16 (fr_make_maps) */
     if ((S::RS && S::CTAS == 1) || (bf16_out && swap)) /* they move registers (setmaxnreg); paired tiles do not */
         MOE_EP_CHECK(fr_check_regs(fn, name));
     cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);

@@ -1,0 +1,43 @@
+/* Split's fold pass: every row of a GEMM's MX activations into fp16
+ * (fold_rows.cuh), before the GEMM's 128-row register tiles take them by TMA.
+ * A warp a row, four 16-byte loads a lane in flight; rows [0,
+ * expert_offset[E]) (the count is on the device: no host synchronisation). */
+#include "kernels/sm90/fold_rows.cuh"
+
+#define FOLD_WARPS 8
+
+__global__ void __launch_bounds__(32 * FOLD_WARPS) fold_mx_rows(gemm_args g, uint16_t *out)
+{
+    if (moe_ep_dev_failed(g.error)) return;
+    const int lane = threadIdx.x % 32, words = g.K / 128, chunks = g.K / 16; /* scale words (4 bytes), 16-byte chunks */
+    const int64_t rows = g.expert_offset[g.E];
+    for (int64_t r = blockIdx.x * FOLD_WARPS + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * FOLD_WARPS) {
+        const uint8_t *sc = g.a_scales + r * g.a_scale_stride;
+        uint32_t m = 0;
+        for (int i = lane; i < words; i += 32) m = __vmaxu4(m, __ldg((const unsigned int *)sc + i));
+        const uint32_t ref = fold_row_ref(m);
+        const uint4 *src = (const uint4 *)(g.a + r * g.K);
+        uint4 *dst = (uint4 *)(out + r * g.a16_pitch);
+        for (int c0 = lane; c0 < chunks; c0 += 4 * 32) { /* chunk c: k32 block c / 2 */
+            uint4 v[4];
+            uint32_t b[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c0 + 32 * j < chunks) v[j] = __ldg(src + c0 + 32 * j), b[j] = __ldg(sc + (c0 + 32 * j) / 2);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c0 + 32 * j < chunks) fold_chunk(v[j], ref, b[j], dst + 2 * (c0 + 32 * j));
+        }
+    }
+}
+
+/* The rows of GEMM g (MXFP8 activations: MXFP8 or W4A8 layers) into out
+ * ([rows_capacity][g.a16_pitch] fp16), on num_sms SMs. */
+moe_ep_status_t moe_ep_fold_mx_rows(const gemm_args &g, uint16_t *out, int64_t rows_capacity, int num_sms, cudaStream_t s)
+{
+    if (g.a_fmt != MOE_EP_FORMAT_MXFP8 || g.K % 128 || g.a16_pitch < g.K)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "fold_mx_rows: MXFP8 rows, K %% 128, a pitch of K or more");
+    int64_t blocks = (rows_capacity + FOLD_WARPS - 1) / FOLD_WARPS, cap = (int64_t)num_sms * 8;
+    fold_mx_rows<<<(unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap), 32 * FOLD_WARPS, 0, s>>>(g, out);
+    return moe_ep_launch_check("fold_mx_rows");
+}
