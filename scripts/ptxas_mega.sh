@@ -3,7 +3,8 @@
 # the whole mega.cu's ~2 min), on any machine with nvcc (the CI machine too):
 #   scripts/ptxas_mega.sh BM MODE SB [nvcc args...]
 # MODE by name (src/kernels/mega_common.cuh, gemm_tile.cuh): BF16 CVT FP8 WGMMA FP8_RS MX_RS W4_RS NV_RS QG_RS;
-# SB 0, 32 or 128, as launch_for_format instantiates them, e.g.
+# SB 0, 32 or 128, as launch_for_format instantiates them (-DMOE_EP_MEGA_ONE_A16=true: the A16
+# form of a 128-row MX_RS or W4_RS instance), e.g.
 #   scripts/ptxas_mega.sh 128 W4_RS 32      scripts/ptxas_mega.sh 128 WGMMA 0
 # Extra nvcc args (-DSOME_LAB_SWITCH) pass through. Prints ptxas's lines for
 # mega_forward; the build itself still checks every instance (--warn-on-spills).
@@ -31,8 +32,9 @@ src = open(sys.argv[2]).read() + open(sys.argv[3]).read()  # mega_common.cuh's m
 modes = {m.group(2): m.group(1) for m in re.finditer(r"MODE_(\w+)(?: =)? (\d+)\b", src)}
 inst, order = {}, []
 def key(fn):
-    m = re.match(r"_Z12mega_forwardILi(\d+)ELi(\d+)ELi(\d+)E", fn)
-    return m and "mega_forward<%s, %s, %s>" % (m.group(1), modes.get(m.group(2), m.group(2)), m.group(3))
+    m = re.match(r"_Z12mega_forwardILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E", fn)
+    return m and "mega_forward<%s, %s, %s%s>" % (m.group(1), modes.get(m.group(2), m.group(2)), m.group(3),
+                                                 ", A16" if m.group(4) == "1" else "")
 cur = None
 for line in open(sys.argv[1]):
     m = re.search(r"Compiling entry function '(\S+)'", line)

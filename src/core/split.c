@@ -258,6 +258,7 @@ static void set_knobs(struct moe_ep_split_state *s, const moe_ep_knobs_t *k, int
 {
     s->dims.tile_rows = k->gemm_tile_rows, s->dims.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
     s->dims.bf16_swapped = k->gemm_tile_rows == 128 && moe_ep_bf16_swapped(rows, E);
+    s->dims.a16 = k->gemm_tile_rows == 128 && moe_ep_a16_rows(s->dims.path, rows, E);
 }
 
 static int cmp_float(const void *a, const void *b)

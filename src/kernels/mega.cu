@@ -135,9 +135,11 @@ constexpr int mega_ctas_per_sm()
     return MODE_RS(MODE) ? FR_CTAS_OF(RS_FMT_OF(MODE), BM) : 1;
 }
 
-template <int BM, int MODE, int SB>
+/* A16: the register tile's A16 form with fold items (MEGA_A16_CAN instances only). */
+template <int BM, int MODE, int SB, bool A16>
 __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM, MODE>()) mega_forward(const __grid_constant__ mega_params p)
 {
+    static_assert(!A16 || MEGA_A16_CAN(MODE, BM), "the A16 form: the 128-row MX instances");
     /* 1024: the register tile's stages (128-byte swizzle) start at smem itself (fr_smem_base) */
     extern __shared__ __align__(1024) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             count_item(a, sh, i);
             continue;
         }
-        if (sh->tiles < 0 && !mega_plan<BM, MEGA_A16(MODE, BM)>(a, sh)) break;
+        if (sh->tiles < 0 && !mega_plan<BM, A16>(a, sh)) break;
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             continue;
         }
         i -= sh->n_groups;
-        if constexpr (MEGA_A16(MODE, BM)) { /* GEMM1's fold items (mega_fold.cuh) */
+        if constexpr (A16) { /* GEMM1's fold items (mega_fold.cuh) */
             if (i < sh->n_fold) {
                 MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
                 if (!fold_item<true, true>(p, sh, i)) break;
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             }
             i -= sh->n_fold;
         }
-        const int n_f2 = MEGA_A16(MODE, BM) ? sh->n_fold : 0; /* GEMM2's fold items, between the GEMMs' */
+        const int n_f2 = A16 ? sh->n_fold : 0; /* GEMM2's fold items, between the GEMMs' */
         int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2, n_rows = a.link.world ? sh->tiles : 0;
         if constexpr (MODE == MODE_WGMMA) { /* bf16 outputs: pipelined over the block's GEMM items */
             if (i < n_g1 || (i < n_g1 + n_g2 && pinned_int((int)p.g2.out_fmt) == MOE_EP_FORMAT_BF16)) {
@@ -220,13 +222,13 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         bool ok;
         if (i < n_g1) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM1);
-            ok = gemm_item<BM, MODE, SB, true>(p, sh, smem, i);
-        } else if (MEGA_A16(MODE, BM) && i - n_g1 < n_f2) {
+            ok = gemm_item<BM, MODE, SB, A16, true>(p, sh, smem, i);
+        } else if (A16 && i - n_g1 < n_f2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
-            ok = fold_item<false, MEGA_A16(MODE, BM)>(p, sh, i - n_g1);
+            ok = fold_item<false, A16>(p, sh, i - n_g1);
         } else if ((i -= n_g1 + n_f2) < n_g2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM2);
-            ok = gemm_item<BM, MODE, SB, false>(p, sh, smem, i);
+            ok = gemm_item<BM, MODE, SB, A16, false>(p, sh, smem, i);
         } else if ((i -= n_g2) < n_rows) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_ROWS);
             ok = rows_item<BM, MODE == MODE_WGMMA>(a, sh, i);
@@ -297,20 +299,20 @@ static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
     p->xs.sh_offset = p->ys.sh_offset = (int)mega_shared_offset<BM, MODE>(a->d);
 }
 
-template <int BM, int MODE, int SB>
+template <int BM, int MODE, int SB, bool A16 = false>
 static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     const char *name = "mega_forward";
     size_t smem = mega_smem_bytes<BM, MODE>(a->d);
     int threads = mega_threads<BM, MODE>();
     if (MODE_RS(MODE) && mega_ctas_per_sm<BM, MODE>() == 1) /* it moves registers (setmaxnreg); paired ones do not */
-        MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB>, name));
-    cudaError_t e = cudaFuncSetAttribute(mega_forward<BM, MODE, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        MOE_EP_CHECK(fr_check_regs((const void *)mega_forward<BM, MODE, SB, A16>, name));
+    cudaError_t e = cudaFuncSetAttribute(mega_forward<BM, MODE, SB, A16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: %zu B of shared memory: %s", name, smem, cudaGetErrorString(e));
     int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_forward<BM, MODE, SB>, threads, smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_forward<BM, MODE, SB, A16>, threads, smem);
     if (e != cudaSuccess || per_sm < 1)
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: no block fits an SM (%zu B shared memory)", name, smem);
     if (a->d.gemm_ctas_per_sm > 0 && a->d.gemm_ctas_per_sm < per_sm) per_sm = a->d.gemm_ctas_per_sm;
@@ -332,7 +334,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
         MOE_EP_CHECK(wg_make_maps(p.g1, rows, &p.ta1, &p.tb1, BM));
         MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2, BM));
     } else if constexpr (MODE_RS(MODE)) {
-        if constexpr (MEGA_A16(MODE, BM)) { /* the fold items' rows (mega_fold.cuh), a stage of the ring at least one row */
+        if constexpr (A16) { /* the fold items' rows (mega_fold.cuh), a stage of the ring at least one row */
             const int64_t K = a->d.H > a->d.I ? a->d.H : a->d.I, row = K + moe_ep_act_scale_stride(MOE_EP_FORMAT_MXFP8, K);
             if (!a->b.act16) return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no act16 buffer for the A16 tiles", name);
             if ((int64_t)p.xs.sh_offset < MEGA_STAGES * row)
@@ -342,7 +344,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));
     }
-    mega_forward<BM, MODE, SB><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
+    mega_forward<BM, MODE, SB, A16><<<a->d.num_sms * per_sm, threads, smem, s>>>(p);
     return moe_ep_launch_check(name);
 }
 
@@ -355,7 +357,11 @@ template <int MODE, int SB>
 static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     switch (a->d.tile_rows) {
-    case FR_BM: return launch<FR_BM, MODE, SB>(a, s);
+    case FR_BM: /* W4A8's always A16 (it paid at every T measured); MXFP8's where moe_ep_a16_rows says */
+        if constexpr (MODE == MODE_W4_RS) return launch<FR_BM, MODE, SB, true>(a, s);
+        else if constexpr (MODE == MODE_MX_RS)
+            return a->d.a16 ? launch<FR_BM, MODE, SB, true>(a, s) : launch<FR_BM, MODE, SB>(a, s);
+        else return launch<FR_BM, MODE, SB>(a, s);
     case 64: return launch<64, MODE, SB>(a, s);
     case 32: return launch<32, MODE, SB>(a, s);
     case 16: return launch<16, MODE, SB>(a, s);
@@ -374,7 +380,10 @@ static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
 static moe_ep_status_t launch_for_format(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
 #ifdef MOE_EP_MEGA_ONE_INSTANCE /* scripts/ptxas_mega.sh: ptxas's report of one instance in seconds, not all in minutes */
-    return launch<MOE_EP_MEGA_ONE_BM, MOE_EP_MEGA_ONE_MODE, MOE_EP_MEGA_ONE_SB>(a, s);
+#ifndef MOE_EP_MEGA_ONE_A16
+#define MOE_EP_MEGA_ONE_A16 false
+#endif
+    return launch<MOE_EP_MEGA_ONE_BM, MOE_EP_MEGA_ONE_MODE, MOE_EP_MEGA_ONE_SB, MOE_EP_MEGA_ONE_A16>(a, s);
 #else
     bool small = a->d.tile_rows == 16;
     switch (moe_ep_path_act_format(a->d.path)) {

@@ -1,4 +1,4 @@
-/* The mega kernel's fold items (mega.cu only; MEGA_A16 instances): an m
+/* The mega kernel's fold items (mega.cu only; the A16 instances): an m
  * tile's MX rows folded into fp16 once (fold_rows.cuh) for the 128-row
  * register tile's A16 form, which its N / 256 GEMM tiles then bring by TMA
  * instead of each widening the rows again. Fold item mt of GEMM1 waits for
@@ -29,7 +29,7 @@ __device__ __forceinline__ void fold_stage_load(uint8_t *at, uint64_t *bar, cons
     bulk_load(at + rps * K, scales + (int64_t)r * ss, (uint32_t)(n * ss), bar);
 }
 
-/* ON: the instance has fold items (MEGA_A16); else never called. */
+/* ON: the instance has fold items (its A16); else never called. */
 template <bool FIRST, bool ON>
 __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
 {

@@ -121,7 +121,7 @@ __device__ __forceinline__ bool claim_saw_inputs(const mega_shared *sh)
     return MEGA_DEFERS(MODE) && sh->dep_item == sh->item;
 }
 
-template <int BM, int MODE, int SB, bool FIRST>
+template <int BM, int MODE, int SB, bool A16, bool FIRST>
 __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, int i)
 {
     const moe_ep_mega_args_t &a = p.a;
@@ -133,7 +133,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         if (threadIdx.x == 0) sh->trace_stall = claim_saw_inputs<MODE>(sh) ? 0 : 1;
 #endif
         bool ok;
-        if constexpr (MEGA_A16(MODE, BM)) /* the m tile's rows in fp16 (mega_fold.cuh) */
+        if constexpr (A16) /* the m tile's rows in fp16 (mega_fold.cuh) */
             ok = claim_saw_inputs<MODE>(sh) ||
                  block_wait(mega_fold_done(a, c, FIRST, mt), 1, a, MOE_EP_MEGA_WAIT_FOLD, (uint32_t)mt);
         else
@@ -161,7 +161,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
          * (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
         constexpr bool AFTER = BM == 128 || FR_PAIRED(FMT, BM);
-        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>, FR_CTAS_OF(FMT, BM), MEGA_A16(MODE, BM)>(
+        fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>, FR_CTAS_OF(FMT, BM), A16>(
             FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
     }

@@ -78,10 +78,10 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
 }
 
 /* GEMM g's rows folded once into b.act16 for the 128-row register tile's A16
- * form (moe_ep_act16_on), g.a16 then set; else g as it is. */
+ * form (the buffer: moe_ep_act16_on; this forward: dims.a16), g.a16 then set; else g as it is. */
 static moe_ep_status_t fold_for_a16(gemm_args &g, const moe_ep_split_dims_t &d, const moe_ep_split_bufs_t &b, cudaStream_t s)
 {
-    if (!b.act16 || d.tile_rows != 128) return MOE_EP_SUCCESS;
+    if (!b.act16 || !d.a16 || d.tile_rows != 128) return MOE_EP_SUCCESS;
     g.a16_pitch = d.H > d.I ? d.H : d.I;
     MOE_EP_CHECK(moe_ep_fold_mx_rows(g, b.act16, (int64_t)d.R * d.T_max * d.K, d.num_sms, s));
     g.a16 = b.act16;
