@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-sixth session; before it, the fifty-fifth's: MXFP8's activations in a raw ring of their own merged,
-# mega now faster than split in every cell of issue #4's tables on an H100: docs/benchmarks.md,
-# first section; the fifty-fourth session's drafts B / C and draft O in the second). First `status`: if it lists a multi-GPU kind,
+# Device plan (as of the fifty-seventh session: the MX rows folded once into fp16 (A16) merged, 7926bea;
+# issue #4's tables on an H100 in docs/benchmarks.md's first section; before, the fifty-sixth's drafts E / F
+# and the fifty-fifth's activation ring). First `status`: if it lists a multi-GPU kind,
 # issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
 # then the EP8 bench, docs/benchmarks.md). A fresh checkout has none of the ignored build folders
 # below: build them on the CI machine first (minutes each; `export PATH=/usr/local/cuda/bin:$PATH`):
@@ -12,21 +12,14 @@
 #   build-carry/ (modes `stamps` and the default): moe_ep_A (main's tool), moe_ep_T (as
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
-# Calls, in order of value (fifty-sixth session: drafts E / F lost; the lab's act16 result,
-# docs/benchmarks.md first section; the device gave ~40 minutes of failed starts):
-# 0a. `dev/d56.sh` (carry build-d56b; ~3 min): a third fp16 stage for MXFP8's 128-row tile (B,
-#    lab -5 % at T = 8192's shape) and for W4A8's too (W): W's test_tiles / test_split (split, mega),
-#    then A / B of main, B, W on mxfp8 / w4a8, split and mega, flash / pro, T = 512 / 8192. Build:
-#    dev/build_carry.sh build-d56b test_split,test_tiles -- B=rs_tile_mxfp8_cvt3.patch
-#    W=rs_tile_mx_cvt3.patch; move test_*_B.gz out (the carry's 64 MiB). Predicted: MXFP8 -3-5 %
-#    at 8192 on both backends, ~0 at 512.
-# 0b. Split's A16 form (dev/drafts/split_act16.patch: fold_rows.cu folds the MX rows once into
-#    fp16, the 128-row tile takes them by TMA; split only, built ptxas-clean, not run): its
-#    test_split with split and mega (mega = split bit for bit proves the fold equals the
-#    widening), test_tiles, then A / B against main on mxfp8,w4a8 --backends split at T = 512 /
-#    8192. Predicted: split fwd -3-5 % at 512, -8-10 % at 8192 (lab GEMM1 -20 %, less the fold
-#    passes). Mega would then trail split at 8192: mega's fold (design.md, "Fifty-sixth session")
-#    before merging.
+# Calls, in order of value (fifty-seventh session: the fold merged; W, a third fp16 stage, lost):
+# 0a. Mega's fold of GEMM1's rows at the dispatch (design.md, "Fifty-seventh session"): the staged
+#    dispatch writes fp16 rows to act16 instead of E4M3 ones, no fold1 items; A / B on mxfp8 / w4a8
+#    mega at T = 2048 / 8192 against main (predicted -2-4 %: the fold1 items' reads and their
+#    latency before an expert's first GEMM1 tile). Then the same for MXFP8 at T = 512 with the A16
+#    form (the fold1 latency gone, the 96-row case may pay: moe_ep_a16_rows' threshold).
+# 0b. act16's memory: allocate it only where a forward can fold (MXFP8: rows capacity >= 256 x E),
+#    and the emulated pro MXFP8 bench row (both layers do not fit an H100 with act16).
 # 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
 #    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
 #    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.
