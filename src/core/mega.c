@@ -150,7 +150,7 @@ static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k, int64_t ro
     const int wide = t == 128 && a->d.path == MOE_EP_PATH_BF16 && a->d.wire == MOE_EP_WIRE_BF16 &&
                      rows > (int64_t)MOE_EP_BF16_SWAP_MIN_ROWS * E;
     if (wide) a->d.tile_rows = 144, a->d.bf16_swapped = 1;
-    a->d.a16 = a->d.tile_rows == 128 && moe_ep_a16_rows(a->d.path, rows, E); /* MXFP8's 128-row instance: which form */
+    a->d.a16 = a->d.tile_rows == 128 && a->b.act16 && moe_ep_a16_rows(a->d.path, rows, E); /* MXFP8's 128-row instance: which form */
 }
 
 static moe_ep_status_t enqueue_mega(void *args, moe_ep_stream_t stream)

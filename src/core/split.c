@@ -44,10 +44,12 @@ static int64_t rows_capacity(const moe_ep_layer_config_t *c, int local_ranks)
 }
 
 /* The MX rows folded once into fp16 (bufs.act16) for the 128-row register
- * tiles of both GPU backends (split's fold pass, mega's fold items). */
-static int split_act16(const moe_ep_layer_config_t *c)
+ * tiles of both GPU backends (split's fold pass, mega's fold items), where a
+ * forward of at most `rows` rows over E local experts can fold (moe_ep_a16_rows). */
+static int split_act16(const moe_ep_layer_config_t *c, int64_t rows, int E)
 {
-    return c->backend != MOE_EP_BACKEND_REFERENCE && moe_ep_act16_on(c->path, c->hidden, c->intermediate);
+    return c->backend != MOE_EP_BACKEND_REFERENCE && moe_ep_act16_on(c->path, c->hidden, c->intermediate) &&
+           moe_ep_a16_rows(c->path, rows, E);
 }
 
 /* The sizes of every device buffer, in allocation order (see split_create). */
@@ -82,7 +84,7 @@ static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks,
     int rec = moe_ep_weight_records_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum);
     b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, 2 * I, H)) : 0) + 16; /* w13_mult */
     b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, H, I)) : 0) + 16;     /* w2_mult */
-    b[p.n++] = (split_act16(c) ? (size_t)(rows * (H > I ? H : I) * 2) : 0) + 16; /* act16 */
+    b[p.n++] = (split_act16(c, rows, E) ? (size_t)(rows * (H > I ? H : I) * 2) : 0) + 16; /* act16 */
     return p;
 }
 
@@ -156,7 +158,7 @@ moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
     s->staging = a[18], s->staging_bytes = p.bytes[18], s->scratch = a[19];
     int rec = moe_ep_weight_records_on(l->cfg.path, l->cfg.hidden, l->cfg.intermediate, l->cfg.fp8_fast_accum);
     b->w13_mult = rec ? a[20] : NULL, b->w2_mult = rec ? a[21] : NULL;
-    b->act16 = split_act16(&l->cfg) ? a[22] : NULL;
+    b->act16 = split_act16(&l->cfg, rows_capacity(&l->cfg, moe_ep_comm_source_ranks(l->group)), l->num_local_experts) ? a[22] : NULL;
     b->error = l->group->error_dev, b->error_mapped = l->group->error_mapped_dev;
     if (l->group->comm && l->cfg.backend == MOE_EP_BACKEND_SPLIT) /* mega: its own links (mega.c) */
         return moe_ep_xchg_create(l->group, &l->cfg, &s->xchg);
@@ -258,7 +260,7 @@ static void set_knobs(struct moe_ep_split_state *s, const moe_ep_knobs_t *k, int
 {
     s->dims.tile_rows = k->gemm_tile_rows, s->dims.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
     s->dims.bf16_swapped = k->gemm_tile_rows == 128 && moe_ep_bf16_swapped(rows, E);
-    s->dims.a16 = k->gemm_tile_rows == 128 && moe_ep_a16_rows(s->dims.path, rows, E);
+    s->dims.a16 = k->gemm_tile_rows == 128 && s->bufs.act16 && moe_ep_a16_rows(s->dims.path, rows, E);
 }
 
 static int cmp_float(const void *a, const void *b)

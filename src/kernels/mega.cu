@@ -72,7 +72,7 @@ __device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh, bool s
 /* The block's copy of the plan, once every slot is counted: expert row and
  * tile offsets in shared memory; A16: a fold item an m tile before each GEMM. */
 template <int BM, bool A16>
-__device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh)
+__device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh, bool dispatch_folds)
 {
     const mega_ctx c = ctx_of(a, sh);
     if (!block_wait(&c.ctr[MOE_EP_MEGA_CTR_COUNTED], sh->n_count, a, MOE_EP_MEGA_WAIT_COUNT, 0)) return false;
@@ -80,7 +80,8 @@ __device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh)
     moe_ep_scan_experts(a.b.expert_count, a.d.E, BM, c.off, c.tile_off);
     if (threadIdx.x == 0) {
         sh->tiles = c.tile_off[a.d.E];
-        if constexpr (A16) sh->n_fold = sh->tiles; /* else 0 since the start (MEGA_DEFERS instances read it) */
+        if constexpr (A16) /* else 0 since the start (MEGA_DEFERS instances read them) */
+            sh->n_fold = sh->tiles, sh->n_fold1 = dispatch_folds ? 0 : sh->tiles;
     }
     __syncthreads();
     return true;
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if constexpr (MEGA_DEFERS(MODE)) { /* for the register tile's hook (gemm_dependency), which has no args */
             sh->pending = nullptr, sh->dep_item = -1;
             sh->ready = a.counters + MOE_EP_MEGA_CTR_FIXED, sh->E = a.d.E, sh->n_send = n_send;
-            sh->max_m_tiles = a.max_m_tiles, sh->n_fold = 0;
+            sh->max_m_tiles = a.max_m_tiles, sh->n_fold = sh->n_fold1 = 0;
         }
         sh->n1 = 2 * a.d.I / MEGA_BN, sh->n2 = a.d.H / MEGA_BN;
         sh->epoch = a.link.world ? __ldcg(ctrl_of(peer_heap(a.link, a.link.rank), a.link.world).epoch) : 0u;
@@ -191,22 +192,22 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             count_item(a, sh, i);
             continue;
         }
-        if (sh->tiles < 0 && !mega_plan<BM, A16>(a, sh)) break;
+        if (sh->tiles < 0 && !mega_plan<BM, A16>(a, sh, p.xs.fold_bytes > 0)) break;
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
             if (MODE == MODE_WGMMA && p.gather) dispatch_sources(a, sh, i);
-            else dispatch_group<mega_act_format<MODE, SB>(), MEGA_BULK_STORES(MODE)>(a, p.xs, sh, i);
+            else dispatch_group<mega_act_format<MODE, SB>(), MEGA_BULK_STORES(MODE), A16>(a, p.xs, sh, i);
             continue;
         }
         i -= sh->n_groups;
-        if constexpr (A16) { /* GEMM1's fold items (mega_fold.cuh) */
-            if (i < sh->n_fold) {
+        if constexpr (A16) { /* GEMM1's fold items (mega_fold.cuh), where the dispatch did not fold */
+            if (i < sh->n_fold1) {
                 MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
                 if (!fold_item<true, true>(p, sh, i)) break;
                 continue;
             }
-            i -= sh->n_fold;
+            i -= sh->n_fold1;
         }
         const int n_f2 = A16 ? sh->n_fold : 0; /* GEMM2's fold items, between the GEMMs' */
         int n_g1 = sh->tiles * sh->n1, n_g2 = sh->tiles * sh->n2, n_rows = a.link.world ? sh->tiles : 0;
@@ -266,7 +267,7 @@ static size_t staging_region(const moe_ep_split_dims_t &d)
  * always fits: moe_ep_mega_unsupported). */
 static mega_staging staging_for(size_t region, int64_t token_bytes, bool aligned)
 {
-    mega_staging st = {0, 0, (int)token_bytes, aligned ? 1 : 0, 0, 0, 0};
+    mega_staging st = {0, 0, (int)token_bytes, aligned ? 1 : 0, 0, 0, 0, 0, 0};
     int64_t fit = token_bytes > 0 ? (int64_t)region / token_bytes : 0;
     if (fit < 1) return st;
     if (fit >= 2 * MEGA_STAGES) st.stages = MEGA_STAGES, st.per_stage = (int)(fit / MEGA_STAGES);
@@ -277,7 +278,7 @@ static mega_staging staging_for(size_t region, int64_t token_bytes, bool aligned
 /* The dispatch and combine rings of a launch: x rows of 2 H bytes (every
  * rank's x 16-byte aligned), a token's K wire rows (data and scale rows
  * multiples of 16 bytes). */
-template <int BM, int MODE>
+template <int BM, int MODE, bool A16>
 static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
 {
     size_t region = staging_region<BM, MODE>(a->d);
@@ -291,8 +292,14 @@ static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
     moe_ep_format_t af = moe_ep_path_act_format(a->d.path);
     int64_t od = moe_ep_row_data_bytes(af, a->d.H), os = moe_ep_act_scale_stride(af, a->d.H);
     int64_t per = (int64_t)region / (MEGA_STAGES * (int64_t)p->xs.token_bytes + 2 * (od + os));
-    if (MEGA_BULK_STORES(MODE) && p->xs.bulk && af != MOE_EP_FORMAT_BF16 && moe_ep_row_scale_bytes(af, a->d.H) == os && per >= 1)
+    /* A16: the rows folded too (two more buffers of fp16 rows), stored to act16 instead of xq */
+    const int64_t fb = A16 ? 2 * (int64_t)a->d.H : 0, per_fold = (int64_t)region / (MEGA_STAGES * (int64_t)p->xs.token_bytes + 2 * (od + os + fb));
+    if (MEGA_BULK_STORES(MODE) && p->xs.bulk && af != MOE_EP_FORMAT_BF16 && moe_ep_row_scale_bytes(af, a->d.H) == os && per >= 1) {
         p->xs.stages = MEGA_STAGES, p->xs.per_stage = (int)per, p->xs.out_data = (int)od, p->xs.out_bytes = (int)(od + os);
+        if (A16 && per_fold >= 1)
+            p->xs.per_stage = (int)per_fold, p->xs.fold_bytes = (int)fb,
+            p->xs.fold_pitch = 2 * (a->d.H > a->d.I ? a->d.H : a->d.I);
+    }
     p->ys = staging_for(region, a->d.K * (db + sb), db % 16 == 0 && sb % 16 == 0 && ((uintptr_t)a->b.y & 15) == 0 &&
                                                         ((uintptr_t)a->b.y_scales & 15) == 0);
     if (!p->ys.bulk) p->ys.stages = 0; /* the combine stages by bulk copies only */
@@ -323,7 +330,7 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
         p.g1.claim_counter = p.g2.claim_counter = &a->counters[MOE_EP_MEGA_CTR_WORK];
     if (mega_act_format<MODE, SB>() != (int)moe_ep_path_act_format(a->d.path))
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: instance for another activation format", name);
-    plan_staging<BM, MODE>(a, &p);
+    plan_staging<BM, MODE, A16>(a, &p);
     p.gather = MODE == MODE_WGMMA && p.xs.bulk; /* bulk: every x row 16-byte aligned */
     if (!p.xs.stages) /* not reached: moe_ep_mega_unsupported refuses such hidden sizes first */
         return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: hidden too large for the dispatch's shared memory", name);

@@ -95,7 +95,9 @@ struct mega_shared {
     int E, n_send;                     /* a.d.E; the send items before the count items */
     const uint32_t *error;             /* a.b.error, read when the next item is claimed in a tile */
     int claim_failed;                  /* the error word was set when the tile claimed sh->next */
-    int n_fold;                        /* fold items before each GEMM: tiles (A16 instances) or 0 (set at the plan) */
+    int n_fold;                        /* fold items before GEMM2: tiles (A16 instances) or 0 (set at the plan) */
+    int n_fold1;                       /* fold items before GEMM1: tiles where an A16 instance's dispatch does not
+                                          fold its rows (mega_staging.fold_bytes 0), else 0 */
     int max_m_tiles;                   /* a.max_m_tiles: the done counters' stride (gemm_dependency) */
 #ifdef MOE_EP_MEGA_TRACE
     int trace_kind; /* the open item's kind, -1: none */
@@ -271,6 +273,9 @@ struct mega_staging {
     int sh_offset; /* the ring starts this many bytes before mega_shared (at the GEMM's shared memory) */
     int out_data, out_bytes; /* dispatch: a token's encoded row (data, data + scale stride) staged in two
                               * buffers after the ring and stored by bulk copies; 0: stored from registers */
+    int fold_bytes, fold_pitch; /* the A16 instances' dispatch: a token's row also folded into fp16 (2 H bytes, two
+                                 * buffers after those) and stored to act16 (rows fold_pitch bytes apart) instead
+                                 * of the E4M3 row, so no fold items before GEMM1; 0: not (mega_fold.cuh's then) */
 };
 
 /* p (or v), through an asm volatile: what a staged item derives from it

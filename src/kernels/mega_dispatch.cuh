@@ -5,6 +5,7 @@
 #define MOE_EP_MEGA_DISPATCH_CUH
 
 #include "kernels/mega_common.cuh"
+#include "kernels/sm90/fold_rows.cuh"
 
 /* Local rank of global token index tg (prefix over ranks, R <= 64). */
 __device__ __forceinline__ int rank_of(const int32_t *prefix, int R, int tg)
@@ -124,16 +125,37 @@ __device__ void copy_x_rows(const moe_ep_mega_args_t &a, const mega_shared *sh, 
  * group, at od / os) are in shared memory: each row's K copies by bulk
  * stores, one bulk group a lane. */
 __device__ void store_batch_rows(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh,
-                                 const mega_staging &st, const uint8_t *od, const uint8_t *os, int first, int j0, int n)
+                                 const mega_staging &st, const uint8_t *od, const uint8_t *os, int first, int j0, int n,
+                                 bool fold)
 {
     const int K = a.d.K, scale_bytes = st.out_bytes - st.out_data;
+    /* the data rows: E4M3 into xq, or (fold) fp16 into act16 */
+    uint8_t *dst = fold ? (uint8_t *)a.b.act16 : a.b.xq;
+    const int row_bytes = fold ? st.fold_bytes : st.out_data, pitch = fold ? st.fold_pitch : st.out_data;
     for (int i = threadIdx.x; i < n * K; i += 32) {
         const int j = i / K, row = c.rows_s[j0 * K + i];
         if (row < 0 || (a.absent_rank >= 0 && rank_of(sh->token_prefix, a.d.R, first + j0 + j) == a.absent_rank)) continue;
-        bulk_store(a.b.xq + (int64_t)row * st.out_data, od + (size_t)j * st.out_data, (uint32_t)st.out_data);
+        bulk_store(dst + (int64_t)row * pitch, od + (size_t)j * row_bytes, (uint32_t)row_bytes);
         bulk_store(a.b.xq_scales + (int64_t)row * scale_bytes, os + (size_t)j * scale_bytes, (uint32_t)scale_bytes);
     }
     bulk_commit();
+}
+
+/* The A16 dispatch: the batch's n encoded rows (od, os in shared memory) folded
+ * into fp16 rows of 2 H bytes at f16 (fold_rows.cuh, the fold items' bits), a
+ * warp a row. */
+__device__ void fold_batch_rows(const uint8_t *od, const uint8_t *os, uint8_t *f16, int n, int H, int scale_bytes)
+{
+    const int lane = threadIdx.x % 32;
+    for (int j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
+        const uint8_t *data = od + (size_t)j * H, *sc = os + (size_t)j * scale_bytes;
+        uint32_t m = 0;
+        for (int i = lane; i < H / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
+        const uint32_t ref = fold_row_ref(m);
+        uint4 *dst = (uint4 *)(f16 + (size_t)j * 2 * H);
+        for (int ch = lane; ch < H / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
+            fold_chunk(ld_shared_v4(smem_u32(data + 16 * ch)), ref, sc[ch / 2], dst + 2 * ch);
+    }
 }
 
 /* Dispatch item: tokens [g * dpi, ...) quantized once, written to each of
@@ -144,7 +166,7 @@ __device__ void store_batch_rows(const moe_ep_mega_args_t &a, const mega_ctx &c,
  * stage are spread over the block; a warp's 32 chunks straddle tokens only
  * at a multiple of 16 chunks (H % 128 == 0), so a format block's lanes share
  * one token. */
-template <int AF, bool OUT>
+template <int AF, bool OUT, bool FOLD>
 __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
 {
     sh = pinned(sh);
@@ -156,6 +178,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     const int stages = pinned_int(st.stages), per_stage = pinned_int(st.per_stage), chunks = pinned_int(d.H / 8);
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
     const int out_bytes = OUT ? pinned_int(st.out_bytes) : 0; /* > 0: rows staged, stored by bulk copies */
+    const int fold_bytes = FOLD && out_bytes ? pinned_int(st.fold_bytes) : 0; /* > 0: folded, stored to act16 */
     if (threadIdx.x == 0 && st.bulk) {
         stage_begin(a, sh, st);
         for (int b = 0; b < min(batches, stages); b++)
@@ -171,6 +194,8 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         uint16_t *x = (uint16_t *)(smem + (size_t)s * stage_bytes);
         uint8_t *od = smem + (size_t)stages * stage_bytes + (size_t)(b & 1) * per_stage * out_bytes; /* data rows */
         uint8_t *os = od + (size_t)per_stage * st.out_data;                                          /* scale rows */
+        uint8_t *f16 = smem + (size_t)stages * stage_bytes + (size_t)(2 * per_stage) * out_bytes +
+                       (size_t)(b & 1) * per_stage * fold_bytes;                                      /* fp16 rows */
         const uint32_t xs = smem_u32(x);
         if (st.bulk) {
             MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
@@ -203,7 +228,12 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
             if (threadIdx.x < 32) bulk_wait_all<true>(); /* the last batch's stores read: its buffer is the next one */
         }
         __syncthreads(); /* stage s read by every thread */
-        if (out_bytes && threadIdx.x < 32) store_batch_rows(a, c, sh, st, od, os, first, j0, n);
+        if (fold_bytes) { /* fold the batch's rows, then store those */
+            fold_batch_rows(od, os, f16, n, d.H, out_bytes - st.out_data);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+        }
+        if (out_bytes && threadIdx.x < 32) store_batch_rows(a, c, sh, st, fold_bytes ? f16 : od, os, first, j0, n, fold_bytes != 0);
         if (threadIdx.x == 0 && st.bulk && b + stages < batches)
             stage_x_rows(a, sh, smem + (size_t)s * stage_bytes, &sh->stage_full[s], first, j0 + stages * per_stage,
                          min(per_stage, count - j0 - stages * per_stage));

@@ -1,7 +1,9 @@
 /* The mega kernel's fold items (mega.cu only; the A16 instances): an m
  * tile's MX rows folded into fp16 once (fold_rows.cuh) for the 128-row
  * register tile's A16 form, which its N / 256 GEMM tiles then bring by TMA
- * instead of each widening the rows again. Fold item mt of GEMM1 waits for
+ * instead of each widening the rows again. GEMM1's rows are folded by the
+ * staged dispatch where it runs (mega_staging.fold_bytes: it holds each
+ * token's encoded row in shared memory anyway), else here. Fold item mt of GEMM1 waits for
  * its expert's rows (the dispatch), GEMM2's for the m tile's GEMM1 tiles
  * (their output rows are GEMM2's input); the m tile's GEMM tiles wait for it.
  * GEMM1's and GEMM2's rows share act16 (rows max(H, I) apart): an m tile's

@@ -64,11 +64,11 @@ __device__ __forceinline__ void release_pending(mega_shared *sh)
  * NULL: not a GEMM item. From the shared block alone (the tile's hook has no args). */
 __device__ __forceinline__ const int32_t *gemm_dependency(const mega_shared *sh, int item, int32_t &target)
 {
-    const int j = item - sh->n_send - sh->n_count - sh->n_groups - sh->n_fold, n_g1 = sh->tiles * sh->n1;
+    const int j = item - sh->n_send - sh->n_count - sh->n_groups - sh->n_fold1, n_g1 = sh->tiles * sh->n1;
     if (item < 0 || j < 0) return nullptr;
     const int32_t *g1_done = sh->ready + sh->E, *f1_done = g1_done + 2 * sh->max_m_tiles;
     if (j < n_g1) { /* GEMM1 item j: m tile j / n1 (gemm_item_tile's order) */
-        if (sh->n_fold) return target = 1, f1_done + j / sh->n1;
+        if (sh->n_fold1) return target = 1, f1_done + j / sh->n1;
         const int32_t *off = (const int32_t *)(sh + 1), *tile_off = off + sh->E + 1;
         const int e = tile_expert(tile_off, sh->E, j / sh->n1);
         target = off[e + 1] - off[e];
@@ -133,9 +133,11 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         if (threadIdx.x == 0) sh->trace_stall = claim_saw_inputs<MODE>(sh) ? 0 : 1;
 #endif
         bool ok;
-        if constexpr (A16) /* the m tile's rows in fp16 (mega_fold.cuh) */
+        if constexpr (A16) /* the m tile's rows in fp16: by its fold item (mega_fold.cuh), or the dispatch's */
             ok = claim_saw_inputs<MODE>(sh) ||
-                 block_wait(mega_fold_done(a, c, FIRST, mt), 1, a, MOE_EP_MEGA_WAIT_FOLD, (uint32_t)mt);
+                 (FIRST && !sh->n_fold1
+                      ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                      : block_wait(mega_fold_done(a, c, FIRST, mt), 1, a, MOE_EP_MEGA_WAIT_FOLD, (uint32_t)mt));
         else
             ok = claim_saw_inputs<MODE>(sh) ||
                  (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
