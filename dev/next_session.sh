@@ -13,13 +13,14 @@
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
 # Calls, in order of value (fifty-seventh session: the fold merged; W, a third fp16 stage, lost):
-# 0a. Mega's fold of GEMM1's rows at the dispatch (design.md, "Fifty-seventh session"): the staged
-#    dispatch writes fp16 rows to act16 instead of E4M3 ones, no fold1 items; A / B on mxfp8 / w4a8
-#    mega at T = 2048 / 8192 against main (predicted -2-4 %: the fold1 items' reads and their
-#    latency before an expert's first GEMM1 tile). Then the same for MXFP8 at T = 512 with the A16
-#    form (the fold1 latency gone, the 96-row case may pay: moe_ep_a16_rows' threshold).
-# 0b. act16's memory: allocate it only where a forward can fold (MXFP8: rows capacity >= 256 x E),
-#    and the emulated pro MXFP8 bench row (both layers do not fit an H100 with act16).
+# 0a. (done: mega's dispatch folds GEMM1's rows, 104f6c4; MXFP8's A16 form at 96 rows an expert
+#    still loses 1-4 %, so moe_ep_a16_rows' threshold stays.) Next lead for the MX tiles: GEMM2's
+#    fold2 items (an m tile's rows folded once its GEMM1 tiles are done): GEMM1's epilogue could
+#    write the fp16 rows itself where the m tile's row reference is known (it is not until all its
+#    n tiles are done: design.md "Fifty-sixth session"), or fold2 split into quarters of an m tile.
+# 0b. act16's memory (allocated only where a forward can fold since 104f6c4): the emulated pro MXFP8
+#    bench row (split's and mega's layers do not fit an H100 together with act16); issue #4's tables
+#    on 104f6c4 (`dev/issue4_run.sh`, ~350 s) with the MXFP8 pro emulated row run per backend.
 # 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
 #    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
 #    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.

@@ -94,7 +94,9 @@ static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I)
  * (flash T = 512) lost 3-6 % on both backends (the fold's passes, or in mega
  * its items' latency before an expert's only m tile), won 5-10 % at 384 and
  * 1536; W4A8 won 1-9 % at all three. */
+#ifndef MOE_EP_A16_MXFP8_MIN_ROWS /* a lab switch: -DMOE_EP_A16_MXFP8_MIN_ROWS=N */
 #define MOE_EP_A16_MXFP8_MIN_ROWS 256
+#endif
 static inline int moe_ep_a16_rows(moe_ep_path_t path, long long rows, int E)
 {
     return path == MOE_EP_PATH_W4A8 || (path == MOE_EP_PATH_MXFP8 && rows >= (long long)MOE_EP_A16_MXFP8_MIN_ROWS * E);
