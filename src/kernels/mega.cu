@@ -70,7 +70,8 @@ __device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh, bool s
 }
 
 /* The block's copy of the plan, once every slot is counted: expert row and
- * tile offsets in shared memory; A16: a fold item an m tile before each GEMM. */
+ * tile offsets in shared memory; A16: a fold item an m tile before GEMM2, and
+ * before GEMM1 where the dispatch does not fold its rows itself. */
 template <int BM, bool A16>
 __device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh, bool dispatch_folds)
 {
