@@ -15,6 +15,7 @@ int moe_ep_comm_source_ranks(moe_ep_group_t g)
 
 #ifdef MOE_EP_HAVE_NCCL
 #include "comm/comm_internal.h"
+#include "core/cuda_status.h"
 #include "comm/xchg_kernels.h"
 
 #include <time.h>
@@ -30,11 +31,7 @@ moe_ep_status_t moe_ep_nccl_fail(ncclResult_t r, const char *what, const char *f
     return moe_ep_fail_at(MOE_EP_ERROR_NCCL, file, line, "%s: %s", what, ncclGetErrorString(r));
 }
 
-static moe_ep_status_t cuda_fail(cudaError_t e, const char *what)
-{
-    return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA,
-                       "%s: %s", what, cudaGetErrorString(e));
-}
+static moe_ep_status_t cuda_fail(cudaError_t e, const char *what) { return MOE_EP_CUDA_FAIL(e, what); }
 
 static int64_t now_us(void)
 {

@@ -9,6 +9,7 @@
 
 #ifdef MOE_EP_HAVE_NCCL
 #include "comm/comm_internal.h"
+#include "core/cuda_status.h"
 #include "comm/xchg_kernels.h"
 
 #define ALIGN 256
@@ -102,8 +103,7 @@ static moe_ep_status_t create(moe_ep_group_t g, const moe_ep_layer_config_t *c, 
     cudaError_t e = cudaMalloc((void **)&x->small, small_bytes(d));
     if (e == cudaSuccess) e = cudaMemset(x->small, 0, small_bytes(d));
     if (e != cudaSuccess)
-        return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA,
-                           "exchange buffers: %s", cudaGetErrorString(e));
+        return MOE_EP_CUDA_FAIL(e, "exchange buffers");
     d->tokens_in = x->small, d->tokens_own = x->small + d->R, d->combine_rows = x->small + d->R + 1;
     d->seq = cm->seq_dev, d->progress = cm->progress_dev, d->error = g->error_dev;
     return warm_up(g, x);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #ifdef MOE_EP_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "core/cuda_status.h"
 
 struct moe_ep_mega_state {
     int32_t *counters;
@@ -61,8 +61,7 @@ size_t moe_ep_mega_device_bytes(moe_ep_group_t g, const moe_ep_layer_config_t *c
 static moe_ep_status_t cuda_status(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess) return MOE_EP_SUCCESS;
-    return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA, "%s: %s",
-                       what, cudaGetErrorString(e));
+    return MOE_EP_CUDA_FAIL(e, what);
 }
 
 /* The link of a layer on an NCCL group (collective: the heap is mapped on every rank). */

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #ifdef MOE_EP_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "core/cuda_status.h"
 
 #define TUNE_RUNS 5           /* timed expert stages per autotune candidate */
 #define TUNE_MAX_CANDIDATES 8
@@ -101,11 +101,7 @@ size_t moe_ep_split_buffer_bytes(const moe_ep_layer_config_t *c, int source_rank
     return total;
 }
 
-static moe_ep_status_t cuda_fail(cudaError_t e, const char *what)
-{
-    return MOE_EP_FAIL(e == cudaErrorMemoryAllocation ? MOE_EP_ERROR_OUT_OF_MEMORY : MOE_EP_ERROR_CUDA,
-                       "%s: %s", what, cudaGetErrorString(e));
-}
+static moe_ep_status_t cuda_fail(cudaError_t e, const char *what) { return MOE_EP_CUDA_FAIL(e, what); }
 
 /* Device bytes of a split layer on an NCCL group: rows for the tokens of every
  * rank (the worst case of routing), the local experts' weights, exchanges. */
