@@ -12,15 +12,23 @@
 #   build-carry/ (modes `stamps` and the default): moe_ep_A (main's tool), moe_ep_T (as
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
-# Calls, in order of value (fifty-seventh session: the fold merged; W, a third fp16 stage, lost):
-# 0a. (done: mega's dispatch folds GEMM1's rows, 104f6c4; MXFP8's A16 form at 96 rows an expert
-#    still loses 1-4 %, so moe_ep_a16_rows' threshold stays.) Next lead for the MX tiles: GEMM2's
-#    fold2 items (an m tile's rows folded once its GEMM1 tiles are done): GEMM1's epilogue could
-#    write the fp16 rows itself where the m tile's row reference is known (it is not until all its
-#    n tiles are done: design.md "Fifty-sixth session"), or fold2 split into quarters of an m tile.
-# 0b. act16's memory (allocated only where a forward can fold since 104f6c4): the emulated pro MXFP8
-#    bench row (split's and mega's layers do not fit an H100 together with act16); issue #4's tables
-#    on 104f6c4 (`dev/issue4_run.sh`, ~350 s) with the MXFP8 pro emulated row run per backend.
+# Calls, in order of value (fifty-seventh session: the fold merged, W lost; device time spent):
+# 0. Issue #4's tables at HEAD (`dev/issue4_run.sh build-carry/moe_ep_X`, ~350 s, a tool of HEAD):
+#    they were taken at 7926bea, before the dispatch's fold (104f6c4: mega MX -1-6 % more); HEAD's
+#    bench times each backend alone where their layers do not fit the GPU together (313dec9, not
+#    run on a GPU yet): the emulated MXFP8 pro row should come back on an H100 (check its stderr
+#    line "do not fit the GPU together"), and no "slice_l2_read_sweep ... out of memory" after a
+#    failed create (MOE_EP_CUDA_FAIL clears the runtime's last error).
+# 0a. The kernel lab on the A16 tile (dev/wgmma_lab/rs_tile.cu: its -DFR_LAB_ACT16 producer is now
+#    the library's fr_produce_a16; point the lab at it and drop lab_act16.patch's copy): where the
+#    MXFP8 / W4A8 128-row tile's time goes at T = 8192's shape with folded rows (consumer waits,
+#    weight stream, epilogue), to pick the next step for the exact FP8 paths' 2.5-2.8x at T >= 2048.
+# 0b. Mega's fold2 items (an m tile's GEMM2 rows folded once its GEMM1 tiles are done) in quarters
+#    of an m tile (four items, GEMM2 waits for 4): less latency where an expert has one m tile (W4A8
+#    at T = 512); predicted W4A8 mega -1-2 % at 512, ~0 above.
+# 0c. act16's memory (rows x max(H, I) x 2 B; flash slice at max_tokens 8192: 3.2 GB): an engine's
+#    view; e.g. GEMM2's fp16 rows into xq's space where 2 I <= H (xq is free once GEMM1's rows are
+#    folded), GEMM1's into act16 of rows x H only.
 # 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
 #    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
 #    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.
