@@ -25,7 +25,9 @@
 #    weight stream, epilogue), to pick the next step for the exact FP8 paths' 2.5-2.8x at T >= 2048.
 # 0b. Mega's fold2 items (an m tile's GEMM2 rows folded once its GEMM1 tiles are done) in quarters
 #    of an m tile (four items, GEMM2 waits for 4): less latency where an expert has one m tile (W4A8
-#    at T = 512); predicted W4A8 mega -1-2 % at 512, ~0 above.
+#    at T = 512); predicted W4A8 mega -1-2 % at 512, ~0 above. Draft dev/drafts/mega_fold_quarters.patch
+#    (MEGA_FOLD_PARTS 4; built: scripts/ptxas_mega.sh full clean, every instance; not run): its
+#    test_split (split, mega: the unaligned case's W4A8 runs the fold1 items too), then A / B.
 # 0c. act16's memory (rows x max(H, I) x 2 B; flash slice at max_tokens 8192: 3.2 GB): an engine's
 #    view; e.g. GEMM2's fp16 rows into xq's space where 2 I <= H (xq is free once GEMM1's rows are
 #    folded), GEMM1's into act16 of rows x H only.
