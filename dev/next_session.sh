@@ -19,8 +19,8 @@
 #    run on a GPU yet): the emulated MXFP8 pro row should come back on an H100 (check its stderr
 #    line "do not fit the GPU together"), and no "slice_l2_read_sweep ... out of memory" after a
 #    failed create (MOE_EP_CUDA_FAIL clears the runtime's last error).
-# 0a. The kernel lab on the A16 tile (dev/wgmma_lab/rs_tile.cu: its -DFR_LAB_ACT16 producer is now
-#    the library's fr_produce_a16; point the lab at it and drop lab_act16.patch's copy): where the
+# 0a. The kernel lab on the A16 tile (dev/wgmma_lab/rs_tile.cu -DLAB_T512 -DFR_LAB_ACT16 now runs the
+#    library's fr_produce_a16, random fp16 rows; built on the CI machine, not run): where the
 #    MXFP8 / W4A8 128-row tile's time goes at T = 8192's shape with folded rows (consumer waits,
 #    weight stream, epilogue), to pick the next step for the exact FP8 paths' 2.5-2.8x at T >= 2048.
 # 0b. Mega's fold2 items (an m tile's GEMM2 rows folded once its GEMM1 tiles are done) in quarters

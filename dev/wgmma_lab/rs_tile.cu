@@ -16,8 +16,9 @@
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
  * -DLAB_T512: the 128-row tiles at 96 rows per expert (the flash EP8 slice at T = 512: n96), and MXFP8 /
- * W4A8 GEMM1 at 1536 rows per expert (T = 8192). -DFR_LAB_ACT16 (with dev/drafts/lab_act16.patch applied to
- * fp8_rs_tile.cuh): the MX formats' activations as fp16 rows by TMA, no widening (fifty-sixth session).
+ * W4A8 GEMM1 at 1536 rows per expert (T = 8192). -DFR_LAB_ACT16: the MX 128-row tiles in the
+ * library's A16 form (fr_produce_a16: the activations as fp16 rows by TMA, no widening; random fp16
+ * rows here; fifty-seventh session; the fifty-sixth's lab-only form was dev/drafts/lab_act16.patch).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
@@ -98,6 +99,13 @@ __global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, i
 
 /* CT: blocks per SM the kernel is compiled for (2: a paired instance's launch, as the backends
  * run it: 80 registers, no setmaxnreg; 1: one block per SM at 168 registers, with CT's ring). */
+/* -DFR_LAB_ACT16: the instances that run the tile's A16 form (the library's 128-row MX ones) */
+#ifdef FR_LAB_ACT16
+#define LAB_A16(FMT, BMA, CT) FR_A16_OF(FMT, BMA, (CT) == 2 ? 2 : FR_CTAS_OF(FMT, BMA))
+#else
+#define LAB_A16(FMT, BMA, CT) false
+#endif
+
 template <int FMT, int BMA, int CT>
 __global__ void __launch_bounds__(384, CT) tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
                                                     const __grid_constant__ CUtensorMap tb)
@@ -112,8 +120,8 @@ __global__ void __launch_bounds__(384, CT) tile_lab(gemm_args g, const __grid_co
         int64_t row0 = g.expert_offset[e] + (int64_t)(mt - g.tile_offset[e]) * BMA;
         int rows_valid = (int)min((int64_t)BMA, (int64_t)g.expert_offset[e + 1] - row0);
         lab_stamp(0);
-        fp8_rs_tile<FMT, BMA, true, true, fr_no_hook, CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA)>(g, &ta, &tb, smem_raw,
-                                                                                        e % g_weight_experts, row0, rows_valid, n0);
+        fp8_rs_tile<FMT, BMA, true, true, fr_no_hook, CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA), LAB_A16(FMT, BMA, CT)>(
+            g, &ta, &tb, smem_raw, e % g_weight_experts, row0, rows_valid, n0);
         lab_stamp(4);
     }
     __syncthreads();
@@ -204,15 +212,13 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     CHECK(cudaMemset(err, 0, 4));
     g.error = err;
 
-    CUtensorMap ta, tb;
-    if (fr_make_maps<BMA>(g, rows, &ta, &tb) != MOE_EP_SUCCESS) exit(1);
-#ifdef FR_LAB_ACT16 /* MX: the activations as fp16 rows (the tile's fp16 stages by TMA, no widening) */
-    if (FR_MX(FMT)) {
+    if (LAB_A16(FMT, BMA, CT)) { /* the fp16 rows (fr_make_maps maps them) */
         uint8_t *a16 = (uint8_t *)dev_alloc(rows * K * 2);
         fill_random<<<1024, 256>>>(a16, rows * K * 2, 3, 1); /* E4M3-like bytes: as fp16, finite */
-        if (tma_map_k_major(&ta, a16, rows, K, 2, BMA) != MOE_EP_SUCCESS) exit(1);
+        g.a16 = (const uint16_t *)a16, g.a16_pitch = K;
     }
-#endif
+    CUtensorMap ta, tb;
+    if (fr_make_maps<BMA>(g, rows, &ta, &tb) != MOE_EP_SUCCESS) exit(1);
     cudaFuncAttributes fa;
     CHECK(cudaFuncGetAttributes(&fa, tile_lab<FMT, BMA, CT>));
     constexpr int CTS = CT == 2 ? 2 : FR_CTAS_OF(FMT, BMA); /* the ring the tile runs */
