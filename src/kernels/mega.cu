@@ -299,7 +299,7 @@ static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
         p->xs.stages = MEGA_STAGES, p->xs.per_stage = (int)per, p->xs.out_data = (int)od, p->xs.out_bytes = (int)(od + os);
         if (A16 && per_fold >= 1)
             p->xs.per_stage = (int)per_fold, p->xs.fold_bytes = (int)fb,
-            p->xs.fold_pitch = 2 * (a->d.H > a->d.I ? a->d.H : a->d.I);
+            p->xs.fold_pitch = 2 * moe_ep_act16_pitch(a->d.H, a->d.I);
     }
     p->ys = staging_for(region, a->d.K * (db + sb), db % 16 == 0 && sb % 16 == 0 && ((uintptr_t)a->b.y & 15) == 0 &&
                                                         ((uintptr_t)a->b.y_scales & 15) == 0);
@@ -343,11 +343,11 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
         MOE_EP_CHECK(wg_make_maps(p.g2, rows, &p.ta2, &p.tb2, BM));
     } else if constexpr (MODE_RS(MODE)) {
         if constexpr (A16) { /* the fold items' rows (mega_fold.cuh), a stage of the ring at least one row */
-            const int64_t K = a->d.H > a->d.I ? a->d.H : a->d.I, row = K + moe_ep_act_scale_stride(MOE_EP_FORMAT_MXFP8, K);
+            const int64_t K = p.g1.a16_pitch, row = K + moe_ep_act_scale_stride(MOE_EP_FORMAT_MXFP8, K);
             if (!a->b.act16) return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "%s: no act16 buffer for the A16 tiles", name);
             if ((int64_t)p.xs.sh_offset < MEGA_STAGES * row)
                 return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: rows of %lld too long for the fold items' stages", name, (long long)K);
-            p.g1.a16 = p.g2.a16 = a->b.act16, p.g1.a16_pitch = p.g2.a16_pitch = (int)K;
+            p.g1.a16 = p.g2.a16 = a->b.act16;
         }
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));

@@ -141,23 +141,6 @@ __device__ void store_batch_rows(const moe_ep_mega_args_t &a, const mega_ctx &c,
     bulk_commit();
 }
 
-/* The A16 dispatch: the batch's n encoded rows (od, os in shared memory) folded
- * into fp16 rows of 2 H bytes at f16 (fold_rows.cuh, the fold items' bits), a
- * warp a row. */
-__device__ void fold_batch_rows(const uint8_t *od, const uint8_t *os, uint8_t *f16, int n, int H, int scale_bytes)
-{
-    const int lane = threadIdx.x % 32;
-    for (int j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
-        const uint8_t *data = od + (size_t)j * H, *sc = os + (size_t)j * scale_bytes;
-        uint32_t m = 0;
-        for (int i = lane; i < H / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
-        const uint32_t ref = fold_row_ref(m);
-        uint4 *dst = (uint4 *)(f16 + (size_t)j * 2 * H);
-        for (int ch = lane; ch < H / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
-            fold_chunk(ld_shared_v4(smem_u32(data + 16 * ch)), ref, sc[ch / 2], dst + 2 * ch);
-    }
-}
-
 /* Dispatch item: tokens [g * dpi, ...) quantized once, written to each of
  * their rows. The group's bf16 rows move into shared memory by stages of
  * the ring (bulk copies, issued ahead while earlier stages are encoded; the
@@ -229,7 +212,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         }
         __syncthreads(); /* stage s read by every thread */
         if (fold_bytes) { /* fold the batch's rows, then store those */
-            fold_batch_rows(od, os, f16, n, d.H, out_bytes - st.out_data);
+            fold_staged_rows(od, os, out_bytes - st.out_data, d.H, n, (uint16_t *)f16, d.H); /* fp16 rows of H */
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             __syncthreads();
         }

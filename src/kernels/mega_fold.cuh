@@ -65,19 +65,11 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
     }
     __syncthreads();
     uint16_t *out = pinned((uint16_t *)g.a16);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
         const int n = min(rps, rows_valid - b * rps);
         const uint8_t *data = smem + s * stage_bytes, *scales = data + rps * K;
         MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
-        for (int j = warp; j < n; j += blockDim.x / 32) { /* a warp a row */
-            uint32_t m = 0;
-            for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(scales + j * ss + 4 * i));
-            const uint32_t ref = fold_row_ref(m);
-            uint4 *dst = (uint4 *)(out + (int64_t)(row0 + b * rps + j) * pitch);
-            for (int ch = lane; ch < K / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
-                fold_chunk(ld_shared_v4(smem_u32(data + j * K + 16 * ch)), ref, scales[j * ss + ch / 2], dst + 2 * ch);
-        }
+        fold_staged_rows(data, scales, ss, K, n, out + (int64_t)(row0 + b * rps) * pitch, pitch);
         __syncthreads(); /* stage s read by every warp */
         if (threadIdx.x == 0 && b + MEGA_STAGES < batches)
             fold_stage_load(smem + s * stage_bytes, &sh->stage_full[s], src, src_sc, K, ss, rps,

@@ -33,4 +33,23 @@ __device__ __forceinline__ void fold_chunk(uint4 v, uint32_t ref, uint32_t b, ui
     dst[0] = lo, dst[1] = hi;
 }
 
+/* The block's warps, a warp a row: n rows staged in shared memory (E4M3 rows
+ * of K bytes at `data`, their UE8M0 scale rows sc_stride bytes apart at
+ * `scales`) folded into out (rows pitch elements apart). Mega's dispatch and
+ * fold items. */
+__device__ __forceinline__ void fold_staged_rows(const uint8_t *data, const uint8_t *scales, int sc_stride, int K, int n,
+                                                 uint16_t *out, int64_t pitch)
+{
+    const int lane = threadIdx.x % 32;
+    for (int j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
+        const uint8_t *row = data + (size_t)j * K, *sc = scales + (size_t)j * sc_stride;
+        uint32_t m = 0;
+        for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
+        const uint32_t ref = fold_row_ref(m);
+        uint4 *dst = (uint4 *)(out + j * pitch);
+        for (int ch = lane; ch < K / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
+            fold_chunk(ld_shared_v4(smem_u32(row + 16 * ch)), ref, sc[ch / 2], dst + 2 * ch);
+    }
+}
+
 #endif

@@ -901,7 +901,7 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
     }
 }
 
-/* Whether a tile can run the A16 form: the 128-row MX instances (split: with g.a16 set; mega: always). */
+/* Whether a tile can run the A16 form: the 128-row MX instances (with g.a16 set; in mega, its A16 instances). */
 #define FR_A16_OF(FMT, BMA, CT) (FR_MX(FMT) && (BMA) == 128 && (CT) == 1)
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
