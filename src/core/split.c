@@ -84,7 +84,7 @@ static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks,
     int rec = moe_ep_weight_records_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum);
     b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, 2 * I, H)) : 0) + 16; /* w13_mult */
     b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, H, I)) : 0) + 16;     /* w2_mult */
-    b[p.n++] = (split_act16(c, rows, E) ? (size_t)(rows * moe_ep_act16_pitch((int)H, (int)I) * 2) : 0) + 16; /* act16 */
+    b[p.n++] = (split_act16(c, rows, E) ? (size_t)(rows * MOE_EP_ACT16_PITCH(H, I) * 2) : 0) + 16; /* act16 */
     return p;
 }
 

@@ -299,7 +299,7 @@ static void plan_staging(const moe_ep_mega_args_t *a, mega_params *p)
         p->xs.stages = MEGA_STAGES, p->xs.per_stage = (int)per, p->xs.out_data = (int)od, p->xs.out_bytes = (int)(od + os);
         if (A16 && per_fold >= 1)
             p->xs.per_stage = (int)per_fold, p->xs.fold_bytes = (int)fb,
-            p->xs.fold_pitch = 2 * moe_ep_act16_pitch(a->d.H, a->d.I);
+            p->xs.fold_pitch = 2 * MOE_EP_ACT16_PITCH(a->d.H, a->d.I);
     }
     p->ys = staging_for(region, a->d.K * (db + sb), db % 16 == 0 && sb % 16 == 0 && ((uintptr_t)a->b.y & 15) == 0 &&
                                                         ((uintptr_t)a->b.y_scales & 15) == 0);

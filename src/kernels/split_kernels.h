@@ -95,7 +95,7 @@ static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I)
  * its items' latency before an expert's only m tile), won 5-10 % at 384 and
  * 1536; W4A8 won 1-9 % at all three. */
 /* Elements between two rows of act16: one buffer holds GEMM1's rows (H) and then GEMM2's (I). */
-MOE_EP_HD int moe_ep_act16_pitch(int H, int I) { return H > I ? H : I; }
+#define MOE_EP_ACT16_PITCH(H, I) ((H) > (I) ? (H) : (I))
 #ifndef MOE_EP_A16_MXFP8_MIN_ROWS /* a lab switch: -DMOE_EP_A16_MXFP8_MIN_ROWS=N */
 #define MOE_EP_A16_MXFP8_MIN_ROWS 256
 #endif

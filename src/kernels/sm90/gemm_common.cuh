@@ -29,7 +29,7 @@ struct gemm_args {
                                       (fr_claimed); NULL: no claim (split) */
     const uint16_t *a16;           /* MX rows folded once into fp16 ([rows][a16_pitch], fold_rows.cuh) for the
                                       128-row register tile's A16 form; NULL: the tile widens a itself */
-    int a16_pitch;                 /* elements a row of a16 (moe_ep_act16_pitch): one buffer for GEMM1's
+    int a16_pitch;                 /* elements a row of a16 (MOE_EP_ACT16_PITCH): one buffer for GEMM1's
                                       rows and then GEMM2's (mega: each m tile's rows in place) */
 };
 
@@ -45,7 +45,7 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm1_args(const moe_ep_spl
                    b.aq, b.aq_scales, d.fc2_scale, d.H, 2 * d.I, d.I, d.E, d.swiglu_limit,
                    b.expert_offset, b.tile_offset, b.error,
                    (int)moe_ep_act_scale_stride(af, d.H), moe_ep_act_scale_stride(af, d.I), b.w13_mult,
-                   d.tile_wait_ns, NULL, NULL, moe_ep_act16_pitch(d.H, d.I)};
+                   d.tile_wait_ns, NULL, NULL, MOE_EP_ACT16_PITCH(d.H, d.I)};
     return g;
 }
 
@@ -57,7 +57,7 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm2_args(const moe_ep_spl
                    d.fc2_scale, b.y, b.y_scales, 1.0f, d.I, d.H, d.H, d.E, 0.0f,
                    b.expert_offset, b.tile_offset, b.error,
                    (int)moe_ep_act_scale_stride(af, d.I), moe_ep_row_scale_bytes(yf, d.H), b.w2_mult,
-                   d.tile_wait_ns, NULL, NULL, moe_ep_act16_pitch(d.H, d.I)};
+                   d.tile_wait_ns, NULL, NULL, MOE_EP_ACT16_PITCH(d.H, d.I)};
     return g;
 }
 
