@@ -16,7 +16,8 @@
  * -DLAB_QG: FP8-BLOCK's QGMMA instances (fp8_fast_accum), 128 / 64 / 16 rows, and the exact 128-row tile.
  * -DLAB_MID: the 64-row tiles at 64 rows per expert (the pro EP8 slice at T = 512).
  * -DLAB_T512: the 128-row tiles at 96 rows per expert (the flash EP8 slice at T = 512: n96), and MXFP8 /
- * W4A8 GEMM1 at 1536 rows per expert (T = 8192). -DFR_LAB_ACT16: the MX 128-row tiles in the
+ * W4A8 GEMM1 at 1536 rows per expert (T = 8192); NVFP4's GEMM1 at both, GEMM2 at 1536 (fifty-eighth
+ * session). -DFR_LAB_ACT16: the MX and NVFP4 128-row tiles in the
  * library's A16 form (fr_produce_a16: the activations as fp16 rows by TMA, no widening; random fp16
  * rows here; fifty-seventh session; the fifty-sixth's lab-only form was dev/drafts/lab_act16.patch).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
@@ -99,7 +100,7 @@ __global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, i
 
 /* CT: blocks per SM the kernel is compiled for (2: a paired instance's launch, as the backends
  * run it: 80 registers, no setmaxnreg; 1: one block per SM at 168 registers, with CT's ring). */
-/* -DFR_LAB_ACT16: the instances that run the tile's A16 form (the library's 128-row MX ones) */
+/* -DFR_LAB_ACT16: the instances that run the tile's A16 form (the library's 128-row MX and NVFP4 ones) */
 #ifdef FR_LAB_ACT16
 #define LAB_A16(FMT, BMA, CT) FR_A16_OF(FMT, BMA, (CT) == 2 ? 2 : FR_CTAS_OF(FMT, BMA))
 #else
@@ -349,6 +350,9 @@ int main(void)
     LAB_E(RS_MXFP8, 128, "t512 mxfp8 gemm1 at 128 rows", MX, MX, MX, 4096, 4096, 1, 32, 128);
     LAB_E(RS_MXFP8, 128, "t8192 mxfp8 gemm1 (1536 rows)", MX, MX, MX, 4096, 4096, 1, 32, 1536);
     LAB_E(RS_W4A8, 128, "t8192 w4a8 gemm1 (1536 rows)", MX, M4, MX, 4096, 4096, 1, 32, 1536);
+    LAB_E(RS_NVFP4, 128, "t512 nvfp4 gemm1", NV, NV, NV, 4096, 4096, 1, 32, 96);
+    LAB_E(RS_NVFP4, 128, "t8192 nvfp4 gemm1 (1536 rows)", NV, NV, NV, 4096, 4096, 1, 32, 1536);
+    LAB_E(RS_NVFP4, 128, "t8192 nvfp4 gemm2 (1536 rows)", NV, NV, BF, 2048, 4096, 0, 32, 1536);
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
 #define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \

@@ -1,5 +1,5 @@
 /* The mega kernel's fold items (mega.cu only; the A16 instances): an m
- * tile's MX rows folded into fp16 once (fold_rows.cuh) for the 128-row
+ * tile's MX or NVFP4 rows folded into fp16 once (fold_rows.cuh) for the 128-row
  * register tile's A16 form, which its N / 256 GEMM tiles then bring by TMA
  * instead of each widening the rows again. GEMM1's rows are folded by the
  * staged dispatch where it runs (mega_staging.fold_bytes: it holds each
@@ -11,8 +11,8 @@
  * only its valid rows are written (the next expert's tiles still read theirs).
  *
  * The rows come into the shared memory the GEMM tiles leave free between
- * items by bulk copies, a ring of MEGA_STAGES stages of rps rows (E4M3 rows,
- * then their scale rows), so that many bytes are in flight without
+ * items by bulk copies, a ring of MEGA_STAGES stages of rps rows (E4M3 or
+ * E2M1 rows, then their scale rows), so that many bytes are in flight without
  * registers; each warp folds a row of the stage from there and stores it. A
  * register-fed loop (four 16-byte loads a lane in flight) made ptxas spill
  * the kernel's long-lived values in the 128-row tile's producer. */
@@ -22,17 +22,17 @@
 #include "kernels/mega_common.cuh"
 #include "kernels/sm90/fold_rows.cuh"
 
-/* Thread 0: rows [r, r + n) of the m tile (E4M3 data, then scale rows) into stage `at`. */
+/* Thread 0: rows [r, r + n) of the m tile (data rows of rb bytes, then scale rows) into stage `at`. */
 __device__ __forceinline__ void fold_stage_load(uint8_t *at, uint64_t *bar, const uint8_t *a, const uint8_t *scales,
-                                                int K, int ss, int rps, int r, int n)
+                                                int rb, int ss, int rps, int r, int n)
 {
-    mbar_expect_tx(bar, (uint32_t)(n * (K + ss)));
-    bulk_load(at, a + (int64_t)r * K, (uint32_t)(n * K), bar);
-    bulk_load(at + rps * K, scales + (int64_t)r * ss, (uint32_t)(n * ss), bar);
+    mbar_expect_tx(bar, (uint32_t)(n * (rb + ss)));
+    bulk_load(at, a + (int64_t)r * rb, (uint32_t)(n * rb), bar);
+    bulk_load(at + rps * rb, scales + (int64_t)r * ss, (uint32_t)(n * ss), bar);
 }
 
-/* ON: the instance has fold items (its A16); else never called. */
-template <bool FIRST, bool ON>
+/* ON: the instance has fold items (its A16); else never called. NV: NVFP4 rows (else MXFP8). */
+template <bool FIRST, bool ON, bool NV>
 __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
 {
     if constexpr (!ON) return false;
@@ -51,8 +51,8 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
     const int row0 = c.off[e] + (mt - c.tile_off[e]) * FR_BM, rows_valid = min(FR_BM, c.off[e + 1] - row0);
     const gemm_args &g = FIRST ? p.g1 : p.g2;
     const int region = pinned_int(p.xs.sh_offset), K = pinned_int(g.K), ss = pinned_int(g.a_scale_stride);
-    const int pitch = pinned_int(g.a16_pitch), rps = min(FR_BM, region / (MEGA_STAGES * (K + ss)));
-    const int batches = (rows_valid + rps - 1) / rps, stage_bytes = rps * (K + ss);
+    const int rb = FOLD_ROW_BYTES(NV, K), pitch = pinned_int(g.a16_pitch), rps = min(FR_BM, region / (MEGA_STAGES * (rb + ss)));
+    const int batches = (rows_valid + rps - 1) / rps, stage_bytes = rps * (rb + ss);
     const uint8_t *src = pinned(g.a), *src_sc = pinned(g.a_scales);
     uint8_t *smem = (uint8_t *)sh - region;
     if (threadIdx.x == 0) {
@@ -60,19 +60,19 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other blocks wrote, read by the copies */
         for (int b = 0; b < min(batches, MEGA_STAGES); b++)
-            fold_stage_load(smem + b * stage_bytes, &sh->stage_full[b], src, src_sc, K, ss, rps, row0 + b * rps,
+            fold_stage_load(smem + b * stage_bytes, &sh->stage_full[b], src, src_sc, rb, ss, rps, row0 + b * rps,
                             min(rps, rows_valid - b * rps));
     }
     __syncthreads();
     uint16_t *out = pinned((uint16_t *)g.a16);
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
         const int n = min(rps, rows_valid - b * rps);
-        const uint8_t *data = smem + s * stage_bytes, *scales = data + rps * K;
+        const uint8_t *data = smem + s * stage_bytes, *scales = data + rps * rb;
         MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
-        fold_staged_rows(data, scales, ss, K, n, out + (int64_t)(row0 + b * rps) * pitch, pitch);
+        fold_staged_rows<NV>(data, scales, ss, K, n, out + (int64_t)(row0 + b * rps) * pitch, pitch);
         __syncthreads(); /* stage s read by every warp */
         if (threadIdx.x == 0 && b + MEGA_STAGES < batches)
-            fold_stage_load(smem + s * stage_bytes, &sh->stage_full[s], src, src_sc, K, ss, rps,
+            fold_stage_load(smem + s * stage_bytes, &sh->stage_full[s], src, src_sc, rb, ss, rps,
                             row0 + (b + MEGA_STAGES) * rps, min(rps, rows_valid - (b + MEGA_STAGES) * rps));
         if (++s == MEGA_STAGES) s = 0, phase ^= 1;
     }

@@ -1064,9 +1064,9 @@ static void path_wire_case(int p, moe_ep_path_t *path, moe_ep_wire_t *wire)
 /* Token rows x and output rows out one bf16 past their allocations, so not
  * 16-byte aligned: dispatch and combine take their 2-byte paths, and every
  * path (wire bf16, plus MXFP8 and FP4 wires once) gives the aligned run's
- * bytes, on every backend under test. W4A8 again on the 128-row tile (its A16
- * form): mega's dispatch folds the aligned run's rows itself, the unaligned
- * run's rows are folded by fold items (mega_fold.cuh). */
+ * bytes, on every backend under test. W4A8 and NVFP4 again on the 128-row tile
+ * (its A16 form): mega's dispatch folds the aligned run's rows itself, the
+ * unaligned run's rows are folded by fold items (mega_fold.cuh). */
 static void test_unaligned(uint64_t *rng, cudaStream_t stream)
 {
     printf("unaligned token and output rows (E 4, K 2, H 256, I 128, T 48)\n");
@@ -1085,14 +1085,14 @@ static void test_unaligned(uint64_t *rng, cudaStream_t stream)
     uint16_t *a = xmalloc(d.out_bytes), *b = xmalloc(d.out_bytes);
     moe_ep_knobs_t k128 = MOE_EP_KNOBS_INIT;
     k128.gemm_tile_rows = 128, k128.gemm_ctas_per_sm = 1;
-    for (int p = 0; p <= PATH_WIRE_CASES; p++) /* the last: W4A8 on the 128-row tile */
+    for (int p = 0; p <= PATH_WIRE_CASES + 1; p++) /* the last two: W4A8 and NVFP4 on the 128-row tile */
         for (int i = 0; i < num_backends; i++) {
-            moe_ep_path_t path = MOE_EP_PATH_W4A8;
+            moe_ep_path_t path = p == PATH_WIRE_CASES ? MOE_EP_PATH_W4A8 : MOE_EP_PATH_NVFP4;
             moe_ep_wire_t wire = MOE_EP_WIRE_BF16;
             if (p < PATH_WIRE_CASES) path_wire_case(p, &path, &wire);
             spec_t s = make_spec(path, wire, 1, 48);
             s.backend = backends[i];
-            if (p == PATH_WIRE_CASES) s.knobs = &k128;
+            if (p >= PATH_WIRE_CASES) s.knobs = &k128;
             nvfp4_scales(&f, &s);
             moe_ep_status_t st = gpu_run(&f, &s, &sp, &d, stream, 1, a);
             if (!st) st = gpu_run(&f, &s, &sp, &u, stream, 1, b);

@@ -1,4 +1,4 @@
-/* Split's fold pass: every row of a GEMM's MX activations into fp16
+/* Split's fold pass: every row of a GEMM's MX or NVFP4 activations into fp16
  * (fold_rows.cuh), before the GEMM's 128-row register tiles take them by TMA.
  * A warp a row, four 16-byte loads a lane in flight; rows [0,
  * expert_offset[E]) (the count is on the device: no host synchronisation). */
@@ -31,13 +31,39 @@ __global__ void __launch_bounds__(32 * FOLD_WARPS) fold_mx_rows(gemm_args g, uin
     }
 }
 
-/* The rows of GEMM g (MXFP8 activations: MXFP8 or W4A8 layers) into out
- * ([rows_capacity][g.a16_pitch] fp16), on num_sms SMs. */
-moe_ep_status_t moe_ep_fold_mx_rows(const gemm_args &g, uint16_t *out, int64_t rows_capacity, int num_sms, cudaStream_t s)
+/* NVFP4 rows (E2M1, K / 2 bytes; E4M3 scales per 16): the same, 32 elements a chunk. */
+__global__ void __launch_bounds__(32 * FOLD_WARPS) fold_nv_rows(gemm_args g, uint16_t *out)
 {
-    if (g.a_fmt != MOE_EP_FORMAT_MXFP8 || g.K % 128 || g.a16_pitch < g.K)
-        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "fold_mx_rows: MXFP8 rows, K %% 128, a pitch of K or more");
+    if (moe_ep_dev_failed(g.error)) return;
+    const int lane = threadIdx.x % 32, chunks = g.K / 32; /* 16-byte chunks of 32 E2M1 */
+    const int64_t rows = g.expert_offset[g.E];
+    for (int64_t r = blockIdx.x * FOLD_WARPS + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * FOLD_WARPS) {
+        const uint16_t *sc = (const uint16_t *)(g.a_scales + r * g.a_scale_stride); /* a chunk's two scale bytes */
+        const uint4 *src = (const uint4 *)(g.a + r * (g.K / 2));
+        uint4 *dst = (uint4 *)(out + r * g.a16_pitch);
+        for (int c0 = lane; c0 < chunks; c0 += 4 * 32) {
+            uint4 v[4];
+            uint32_t b[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c0 + 32 * j < chunks) v[j] = __ldg(src + c0 + 32 * j), b[j] = __ldg(sc + c0 + 32 * j);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c0 + 32 * j < chunks) fold_chunk_nv(v[j], b[j], dst + 4 * (c0 + 32 * j));
+        }
+    }
+}
+
+/* The rows of GEMM g (MXFP8 activations: MXFP8 or W4A8 layers; NVFP4) into out
+ * ([rows_capacity][g.a16_pitch] fp16), on num_sms SMs. */
+moe_ep_status_t moe_ep_fold_rows(const gemm_args &g, uint16_t *out, int64_t rows_capacity, int num_sms, cudaStream_t s)
+{
+    const bool nv = g.a_fmt == MOE_EP_FORMAT_NVFP4;
+    if ((!nv && g.a_fmt != MOE_EP_FORMAT_MXFP8) || g.K % 128 || g.a16_pitch < g.K)
+        return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "fold_rows: MXFP8 or NVFP4 rows, K %% 128, a pitch of K or more");
     int64_t blocks = (rows_capacity + FOLD_WARPS - 1) / FOLD_WARPS, cap = (int64_t)num_sms * 8;
-    fold_mx_rows<<<(unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap), 32 * FOLD_WARPS, 0, s>>>(g, out);
-    return moe_ep_launch_check("fold_mx_rows");
+    const unsigned grid = (unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+    if (nv) fold_nv_rows<<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
+    else fold_mx_rows<<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
+    return moe_ep_launch_check(nv ? "fold_nv_rows" : "fold_mx_rows");
 }

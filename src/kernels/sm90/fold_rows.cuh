@@ -1,16 +1,20 @@
-/* MX activation rows folded once into fp16 for the 128-row register tile's
+/* Activation rows folded once into fp16 for the 128-row register tile's
  * A16 form (fp8_rs_tile.cuh: fr_produce_a16), which then brings them by TMA
  * instead of widening them again in each of an m tile's N / 256 tiles
  * (kernel lab, fifty-sixth session: MXFP8 GEMM1 -8-11 % at T = 512's shape,
- * -20 % at 8192's). Split folds a GEMM's rows in a pass (fold_rows.cu), the
- * mega kernel an m tile's in a fold item (mega_fold.cuh); both through the
- * two steps below, so their bits agree.
+ * -20 % at 8192's; fifty-eighth: NVFP4's tiles without the widening -17-19 %).
+ * Split folds a GEMM's rows in a pass (fold_rows.cu), the mega kernel an m
+ * tile's in a fold item (mega_fold.cuh) or in its dispatch; all through the
+ * steps below, so their bits agree.
  *
- *   out[r][k] = e4m3(a[r][k]) x 2^-(ref_r - b[r][k / 32])   (fp16, rows a16_pitch apart)
+ *   MX:    out[r][k] = e4m3(a[r][k]) x 2^-(ref_r - b[r][k / 32])   (fp16, rows a16_pitch apart)
+ *   NVFP4: out[r][k] = e2m1(a[r][k]) x e4m3(s[r][k / 16]) x 2^-7
  *
- * ref_r = the row's largest UE8M0 byte (fr_mx_ref), b the k32 block's: the
+ * MX: ref_r = the row's largest UE8M0 byte (fr_mx_ref), b the k32 block's: the
  * very instructions fr_widen_rows runs on a stage (e4m3x16_to_f16, then
- * fr_mult_chunks by fr_mx_mult), so the tile's sums keep their bits. */
+ * fr_mult_chunks by fr_mx_mult), so the tile's sums keep their bits. NVFP4:
+ * fr_widen_nv_chunk's (moe_ep_e2m1_word_f16's bits, value x 2^-14, times the
+ * scale x 2^7 as fr_store_e4m3x8 stages it); exact in fp16 either way. */
 #ifndef MOE_EP_FOLD_ROWS_CUH
 #define MOE_EP_FOLD_ROWS_CUH
 
@@ -33,22 +37,48 @@ __device__ __forceinline__ void fold_chunk(uint4 v, uint32_t ref, uint32_t b, ui
     dst[0] = lo, dst[1] = hi;
 }
 
-/* The block's warps, a warp a row: n rows staged in shared memory (E4M3 rows
- * of K bytes at `data`, their UE8M0 scale rows sc_stride bytes apart at
- * `scales`) folded into out (rows pitch elements apart). Mega's dispatch and
- * fold items. */
+/* NVFP4: 32 E2M1 (16 bytes) of k16 blocks with E4M3 scale bytes sc (block
+ * 2 c in the low byte, 2 c + 1 above) -> 32 fp16 at dst (four 16-byte chunks). */
+__device__ __forceinline__ void fold_chunk_nv(uint4 v, uint32_t sc, uint4 *dst)
+{
+    const uint32_t s2 = fr_hmul2(fr_e4m3x2<false>(sc), FR_F16_2P7); /* both blocks' scales x 2^7, f16x2 */
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int u = 0; u < 4; u++) { /* elements 8 u .. 8 u + 7, block u / 2 */
+        const uint32_t h = u < 2 ? s2 & 0xFFFFu : s2 >> 16, m = h | h << 16;
+        uint32_t o[4];
+        moe_ep_e2m1_word_f16(w[u], o);
+#pragma unroll
+        for (int b = 0; b < 4; b++) o[b] = fr_hmul2(o[b], m);
+        dst[u] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+/* Bytes of a staged data row of K elements: E4M3 K, NVFP4's E2M1 K / 2. */
+#define FOLD_ROW_BYTES(NV, K) ((NV) ? (K) / 2 : (K))
+
+/* The block's warps, a warp a row: n rows staged in shared memory (rows of
+ * FOLD_ROW_BYTES(NV, K) at `data`: MX E4M3 rows, their UE8M0 scale rows
+ * sc_stride bytes apart at `scales`; NV E2M1 rows, E4M3 scale rows) folded
+ * into out (rows pitch elements apart). Mega's dispatch and fold items. */
+template <bool NV>
 __device__ __forceinline__ void fold_staged_rows(const uint8_t *data, const uint8_t *scales, int sc_stride, int K, int n,
                                                  uint16_t *out, int64_t pitch)
 {
     const int lane = threadIdx.x % 32;
     for (int j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
-        const uint8_t *row = data + (size_t)j * K, *sc = scales + (size_t)j * sc_stride;
-        uint32_t m = 0;
-        for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
-        const uint32_t ref = fold_row_ref(m);
+        const uint8_t *row = data + (size_t)j * FOLD_ROW_BYTES(NV, K), *sc = scales + (size_t)j * sc_stride;
         uint4 *dst = (uint4 *)(out + j * pitch);
-        for (int ch = lane; ch < K / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
-            fold_chunk(ld_shared_v4(smem_u32(row + 16 * ch)), ref, sc[ch / 2], dst + 2 * ch);
+        if constexpr (NV) {
+            for (int ch = lane; ch < K / 32; ch += 32) /* 32 E2M1 a chunk, k16 blocks 2 ch, 2 ch + 1 */
+                fold_chunk_nv(ld_shared_v4(smem_u32(row + 16 * ch)), *(const uint16_t *)(sc + 2 * ch), dst + 4 * ch);
+        } else {
+            uint32_t m = 0;
+            for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
+            const uint32_t ref = fold_row_ref(m);
+            for (int ch = lane; ch < K / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
+                fold_chunk(ld_shared_v4(smem_u32(row + 16 * ch)), ref, sc[ch / 2], dst + 2 * ch);
+        }
     }
 }
 

@@ -860,14 +860,15 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     }
 }
 
-/* The A16 form (the 128-row MX instances, g.a16 set): the activation
+/* The A16 form (the 128-row MX and NVFP4 instances, g.a16 set): the activation
  * rows come folded once into fp16 (fold_rows.cuh: the values fr_widen_rows
  * would write), ta maps them ([rows][K] fp16 a16_pitch apart, boxes of 64 x BMA, the
  * 128-byte swizzle of the fp16 stages), and the producer only streams:
  * thread 0 the weights and their records, thread 32 the fp16 stages (two
- * boxes each); all 128 threads first read the row references (2^ref_x for
- * the sums). No raw activations, no widening: each m tile's rows were
- * widened again by each of its N / 256 tiles. */
+ * boxes each); MX: all 128 threads first read the row references (2^ref_x for
+ * the sums; NVFP4's rows carry their scales, the global ones come after the sums).
+ * No raw activations, no widening: each m tile's rows were widened again by each
+ * of its N / 256 tiles. */
 template <int FMT, int BMA, typename HOOK, int CT>
 __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
                                                const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
@@ -877,7 +878,7 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
     constexpr int RAW = smem_t::RAW, CVT = smem_t::CVT;
     const int64_t b_row = (int64_t)e * g.N + n0;
     if (t == 0 || t == 32) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other kernels (blocks) wrote */
-    fr_row_refs<BMA, 128>(s, g, row0, rows_valid, t);
+    if constexpr (FR_MX(FMT)) fr_row_refs<BMA, 128>(s, g, row0, rows_valid, t);
     if (t == 0) {
 #pragma unroll 1
         for (int kt = 0; kt < n_k; kt++) {
@@ -901,8 +902,9 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
     }
 }
 
-/* Whether a tile can run the A16 form: the 128-row MX instances (with g.a16 set; in mega, its A16 instances). */
-#define FR_A16_OF(FMT, BMA, CT) (FR_MX(FMT) && (BMA) == 128 && (CT) == 1)
+/* Whether a tile can run the A16 form: the 128-row MX and NVFP4 instances (with g.a16 set; in mega, its A16
+ * instances). NVFP4: E2M1 x its E4M3 scale x 2^7 (fr_widen_nv_chunk) is exact in fp16 like the MX products. */
+#define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT)) && (BMA) == 128 && (CT) == 1)
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
@@ -1251,7 +1253,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX, 128 rows, one block an SM");
+    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX or NVFP4, 128 rows, one block an SM");
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
         /* A16: the widening threads arrive nowhere; the fp16 stages land by TMA (one arrival, the expect_tx) */
@@ -1373,9 +1375,9 @@ static inline moe_ep_status_t fr_make_maps(const gemm_args &g, int64_t rows_capa
     if (fmt < 0 || g.N % FR_BN || g.K % FR_BK)
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL,
                            "the FP8 register tile: FP8-BLOCK, MXFP8 or W4A8 operands, N %% 256, K %% 128");
-    if (fmt == RS_NVFP4) MOE_EP_CHECK(tma_map_rows_swizzle64(ta, g.a, rows_capacity, g.K / 2, BMA));
-    else if (g.a16 && FR_A16_OF(fmt, BMA, 1)) /* the A16 form: fp16 rows a16_pitch apart, the fp16 stages' boxes */
+    if (g.a16 && FR_A16_OF(fmt, BMA, 1)) /* the A16 form: fp16 rows a16_pitch apart, the fp16 stages' boxes */
         MOE_EP_CHECK(tma_map_rows_pitch(ta, g.a16, rows_capacity, g.K, g.a16_pitch, 2, 128, BMA));
+    else if (fmt == RS_NVFP4) MOE_EP_CHECK(tma_map_rows_swizzle64(ta, g.a, rows_capacity, g.K / 2, BMA));
     else MOE_EP_CHECK(tma_map_k_major(ta, g.a, rows_capacity, g.K, 1, BMA));
     if (fmt == RS_W4A8 || fmt == RS_NVFP4) return tma_map_rows_swizzle64(tb, g.b, (int64_t)g.E * g.N, g.K / 2, FR_BN);
     return tma_map_k_major(tb, g.b, (int64_t)g.E * g.N, g.K, 1, FR_BN);

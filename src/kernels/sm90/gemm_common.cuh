@@ -27,14 +27,14 @@ struct gemm_args {
     int32_t *claim_counter;        /* mega's item counter: the register tile's thread 0 claims the
                                       block's next item from it once its last load is out
                                       (fr_claimed); NULL: no claim (split) */
-    const uint16_t *a16;           /* MX rows folded once into fp16 ([rows][a16_pitch], fold_rows.cuh) for the
+    const uint16_t *a16;           /* MX / NVFP4 rows folded once into fp16 ([rows][a16_pitch], fold_rows.cuh) for the
                                       128-row register tile's A16 form; NULL: the tile widens a itself */
     int a16_pitch;                 /* elements a row of a16 (MOE_EP_ACT16_PITCH): one buffer for GEMM1's
                                       rows and then GEMM2's (mega: each m tile's rows in place) */
 };
 
-/* Split's fold pass (fold_rows.cu): GEMM g's MX rows into out ([rows_capacity][g.a16_pitch] fp16). */
-moe_ep_status_t moe_ep_fold_mx_rows(const gemm_args &g, uint16_t *out, int64_t rows_capacity, int num_sms, cudaStream_t s);
+/* Split's fold pass (fold_rows.cu): GEMM g's MX or NVFP4 rows into out ([rows_capacity][g.a16_pitch] fp16). */
+moe_ep_status_t moe_ep_fold_rows(const gemm_args &g, uint16_t *out, int64_t rows_capacity, int num_sms, cudaStream_t s);
 
 /* GEMM1 (xq . W13^T, SwiGLU, requant -> aq) and GEMM2 (aq . W2^T -> y, wire)
  * of the expert stage on the buffers of split_kernels.h. */

@@ -82,7 +82,7 @@ static moe_ep_status_t launch_tiles(const gemm_args &g, const moe_ep_split_dims_
 static moe_ep_status_t fold_for_a16(gemm_args &g, const moe_ep_split_dims_t &d, const moe_ep_split_bufs_t &b, cudaStream_t s)
 {
     if (!b.act16 || !d.a16 || d.tile_rows != 128) return MOE_EP_SUCCESS;
-    MOE_EP_CHECK(moe_ep_fold_mx_rows(g, b.act16, (int64_t)d.R * d.T_max * d.K, d.num_sms, s));
+    MOE_EP_CHECK(moe_ep_fold_rows(g, b.act16, (int64_t)d.R * d.T_max * d.K, d.num_sms, s));
     g.a16 = b.act16;
     return MOE_EP_SUCCESS;
 }
