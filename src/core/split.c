@@ -43,12 +43,12 @@ static int64_t rows_capacity(const moe_ep_layer_config_t *c, int local_ranks)
     return (int64_t)local_ranks * c->max_tokens_per_rank * c->top_k;
 }
 
-/* The MX rows folded once into fp16 (bufs.act16) for the 128-row register
+/* The activation rows folded once into fp16 (bufs.act16) for the 128-row register
  * tiles of both GPU backends (split's fold pass, mega's fold items), where a
  * forward of at most `rows` rows over E local experts can fold (moe_ep_a16_rows). */
 static int split_act16(const moe_ep_layer_config_t *c, int64_t rows, int E)
 {
-    return c->backend != MOE_EP_BACKEND_REFERENCE && moe_ep_act16_on(c->path, c->hidden, c->intermediate) &&
+    return c->backend != MOE_EP_BACKEND_REFERENCE && moe_ep_act16_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum) &&
            moe_ep_a16_rows(c->path, rows, E);
 }
 

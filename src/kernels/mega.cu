@@ -141,7 +141,7 @@ constexpr int mega_ctas_per_sm()
 template <int BM, int MODE, int SB, bool A16>
 __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM, MODE>()) mega_forward(const __grid_constant__ mega_params p)
 {
-    static_assert(!A16 || MEGA_A16_CAN(MODE, BM), "the A16 form: the 128-row MX and NVFP4 instances");
+    static_assert(!A16 || MEGA_A16_CAN(MODE, BM), "the A16 form: the 128-row MX, NVFP4 and FP8-BLOCK instances");
     /* 1024: the register tile's stages (128-byte swizzle) start at smem itself (fr_smem_base) */
     extern __shared__ __align__(1024) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if constexpr (A16) { /* GEMM1's fold items (mega_fold.cuh), where the dispatch did not fold */
             if (i < sh->n_fold1) {
                 MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
-                if (!fold_item<true, true, MODE == MODE_NV_RS>(p, sh, i)) break;
+                if (!fold_item<true, true, fold_kind_of(mega_act_format<MODE, SB>())>(p, sh, i)) break;
                 continue;
             }
             i -= sh->n_fold1;
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             ok = gemm_item<BM, MODE, SB, A16, true>(p, sh, smem, i);
         } else if (A16 && i - n_g1 < n_f2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
-            ok = fold_item<false, A16, MODE == MODE_NV_RS>(p, sh, i - n_g1);
+            ok = fold_item<false, A16, fold_kind_of(mega_act_format<MODE, SB>())>(p, sh, i - n_g1);
         } else if ((i -= n_g1 + n_f2) < n_g2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM2);
             ok = gemm_item<BM, MODE, SB, A16, false>(p, sh, smem, i);
@@ -366,8 +366,8 @@ template <int MODE, int SB>
 static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
 {
     switch (a->d.tile_rows) {
-    case FR_BM: /* W4A8's and NVFP4's always A16 (moe_ep_a16_rows); MXFP8's where moe_ep_a16_rows says */
-        if constexpr (MODE == MODE_W4_RS || MODE == MODE_NV_RS) return launch<FR_BM, MODE, SB, true>(a, s);
+    case FR_BM: /* W4A8's, NVFP4's and FP8-BLOCK's always A16 (moe_ep_a16_rows); MXFP8's where moe_ep_a16_rows says */
+        if constexpr (MODE == MODE_W4_RS || MODE == MODE_NV_RS || MODE == MODE_FP8_RS) return launch<FR_BM, MODE, SB, true>(a, s);
         else if constexpr (MODE == MODE_MX_RS)
             return a->d.a16 ? launch<FR_BM, MODE, SB, true>(a, s) : launch<FR_BM, MODE, SB>(a, s);
         else return launch<FR_BM, MODE, SB>(a, s);

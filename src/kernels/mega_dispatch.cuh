@@ -212,7 +212,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         }
         __syncthreads(); /* stage s read by every thread */
         if (fold_bytes) { /* fold the batch's rows, then store those */
-            fold_staged_rows<AF == MOE_EP_FORMAT_NVFP4>(od, os, out_bytes - st.out_data, d.H, n, (uint16_t *)f16, d.H); /* fp16 rows of H */
+            fold_staged_rows<fold_kind_of(AF)>(od, os, out_bytes - st.out_data, d.H, n, (uint16_t *)f16, d.H); /* fp16 rows of H */
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             __syncthreads();
         }

@@ -1,5 +1,5 @@
 /* The mega kernel's fold items (mega.cu only; the A16 instances): an m
- * tile's MX or NVFP4 rows folded into fp16 once (fold_rows.cuh) for the 128-row
+ * tile's MX, NVFP4 or FP8-BLOCK rows folded into fp16 once (fold_rows.cuh) for the 128-row
  * register tile's A16 form, which its N / 256 GEMM tiles then bring by TMA
  * instead of each widening the rows again. GEMM1's rows are folded by the
  * staged dispatch where it runs (mega_staging.fold_bytes: it holds each
@@ -31,8 +31,8 @@ __device__ __forceinline__ void fold_stage_load(uint8_t *at, uint64_t *bar, cons
     bulk_load(at + rps * rb, scales + (int64_t)r * ss, (uint32_t)(n * ss), bar);
 }
 
-/* ON: the instance has fold items (its A16); else never called. NV: NVFP4 rows (else MXFP8). */
-template <bool FIRST, bool ON, bool NV>
+/* ON: the instance has fold items (its A16); else never called. KIND: what the fold does (fold_kind_of). */
+template <bool FIRST, bool ON, int KIND>
 __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
 {
     if constexpr (!ON) return false;
@@ -51,7 +51,7 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
     const int row0 = c.off[e] + (mt - c.tile_off[e]) * FR_BM, rows_valid = min(FR_BM, c.off[e + 1] - row0);
     const gemm_args &g = FIRST ? p.g1 : p.g2;
     const int region = pinned_int(p.xs.sh_offset), K = pinned_int(g.K), ss = pinned_int(g.a_scale_stride);
-    const int rb = FOLD_ROW_BYTES(NV, K), pitch = pinned_int(g.a16_pitch), rps = min(FR_BM, region / (MEGA_STAGES * (rb + ss)));
+    const int rb = FOLD_ROW_BYTES(KIND, K), pitch = pinned_int(g.a16_pitch), rps = min(FR_BM, region / (MEGA_STAGES * (rb + ss)));
     const int batches = (rows_valid + rps - 1) / rps, stage_bytes = rps * (rb + ss);
     const uint8_t *src = pinned(g.a), *src_sc = pinned(g.a_scales);
     uint8_t *smem = (uint8_t *)sh - region;
@@ -69,7 +69,7 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
         const int n = min(rps, rows_valid - b * rps);
         const uint8_t *data = smem + s * stage_bytes, *scales = data + rps * rb;
         MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
-        fold_staged_rows<NV>(data, scales, ss, K, n, out + (int64_t)(row0 + b * rps) * pitch, pitch);
+        fold_staged_rows<KIND>(data, scales, ss, K, n, out + (int64_t)(row0 + b * rps) * pitch, pitch);
         __syncthreads(); /* stage s read by every warp */
         if (threadIdx.x == 0 && b + MEGA_STAGES < batches)
             fold_stage_load(smem + s * stage_bytes, &sh->stage_full[s], src, src_sc, rb, ss, rps,

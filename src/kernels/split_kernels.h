@@ -80,17 +80,17 @@ static inline int moe_ep_weight_records_on(moe_ep_path_t path, int H, int I, int
 {
     return path != MOE_EP_PATH_FP8_BLOCK && moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
 }
-/* MXFP8, W4A8 and NVFP4 layers fold their activation rows once into fp16 for the
- * 128-row register tile (bufs.act16, fold_rows.cu), which then takes them by
- * TMA instead of widening them in each of an m tile's N / 256 tiles. */
-static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I)
+/* Layers on the register tile's fp16 instances (MXFP8, W4A8, NVFP4, exact
+ * FP8-BLOCK) fold their activation rows once into fp16 for the 128-row tiles
+ * (bufs.act16, fold_rows.cu), which then take them by TMA instead of
+ * widening them in each of an m tile's N / 256 tiles. */
+static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I, int fp8_fast_accum)
 {
-    return (path == MOE_EP_PATH_MXFP8 || path == MOE_EP_PATH_W4A8 || path == MOE_EP_PATH_NVFP4) &&
-           moe_ep_rs_tile_fits(path, H, I);
+    return moe_ep_rs_tile_on(path, H, I, fp8_fast_accum);
 }
 /* Whether a forward of `rows` rows over E local experts on the 128-row tile
- * folds (dims.a16; the bits are the widening's either way): W4A8 and NVFP4
- * always; MXFP8 from two m tiles an expert on average. Paired A / B on an H100
+ * folds (dims.a16; the bits are the widening's either way): W4A8, NVFP4 and
+ * FP8-BLOCK always; MXFP8 from two m tiles an expert on average. Paired A / B on an H100
  * (fifty-seventh session, docs/benchmarks.md): MXFP8 at 96 rows an expert
  * (flash T = 512) lost 3-6 % on both backends (the fold's passes, or in mega
  * its items' latency before an expert's only m tile), won 5-10 % at 384 and
@@ -102,7 +102,7 @@ static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I)
 #endif
 static inline int moe_ep_a16_rows(moe_ep_path_t path, long long rows, int E)
 {
-    return path == MOE_EP_PATH_W4A8 || path == MOE_EP_PATH_NVFP4 || (path == MOE_EP_PATH_MXFP8 && rows >= (long long)MOE_EP_A16_MXFP8_MIN_ROWS * E);
+    return path == MOE_EP_PATH_W4A8 || path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_FP8_BLOCK || (path == MOE_EP_PATH_MXFP8 && rows >= (long long)MOE_EP_A16_MXFP8_MIN_ROWS * E);
 }
 #define MOE_EP_WEIGHT_RECORD_BYTES(path, rows, K) \
     ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : (path) == MOE_EP_PATH_W4A8 ? 5 : 3) * 256 * 4)
@@ -190,7 +190,7 @@ typedef struct moe_ep_split_dims {
     int num_sms;
     int tile_rows;            /* GEMM tile rows (16, 64; 128: HGMMA, bf16), chosen per forward */
     int bf16_swapped;         /* tile_rows 128: its bf16-output tiles swapped (moe_ep_bf16_swapped), per forward */
-    int a16;                  /* tile_rows 128, MX and NVFP4 layers: the rows folded once into fp16 first (bufs.act16,
+    int a16;                  /* tile_rows 128, layers on the fp16 register tile: the rows folded once into fp16 first (bufs.act16,
                                  moe_ep_a16_rows), per forward */
     int fp8_fast_accum;       /* config.fp8_fast_accum: FP8-BLOCK on the register tile's QGMMA instances */
     int gemm_ctas_per_sm;     /* GEMM CTAs per SM (grid = num_sms x this), capped by
@@ -213,7 +213,7 @@ typedef struct moe_ep_split_bufs {
     uint8_t *xq, *xq_scales;  /* [R*T_max*K] activation rows of H */
     uint8_t *aq, *aq_scales;  /* [R*T_max*K] activation rows of I */
     uint8_t *y, *y_scales;    /* [R*T_max*K] wire rows of H */
-    uint16_t *act16;          /* MXFP8 / W4A8 / NVFP4 on the 128-row register tile: [R*T_max*K][max(H, I)] the
+    uint16_t *act16;          /* the fp16 register tile's layers (moe_ep_act16_on), 128-row tiles: [R*T_max*K][max(H, I)] the
                                  activation rows folded once into fp16 (fold_rows.cu), GEMM1's then
                                  GEMM2's; NULL: each tile widens its rows itself */
     uint32_t *error;          /* device error word */

@@ -7,8 +7,9 @@
  * tile's in a fold item (mega_fold.cuh) or in its dispatch; all through the
  * steps below, so their bits agree.
  *
- *   MX:    out[r][k] = e4m3(a[r][k]) x 2^-(ref_r - b[r][k / 32])   (fp16, rows a16_pitch apart)
- *   NVFP4: out[r][k] = e2m1(a[r][k]) x e4m3(s[r][k / 16]) x 2^-7
+ *   MX:        out[r][k] = e4m3(a[r][k]) x 2^-(ref_r - b[r][k / 32])   (fp16, rows a16_pitch apart)
+ *   NVFP4:     out[r][k] = e2m1(a[r][k]) x e4m3(s[r][k / 16]) x 2^-7
+ *   FP8-BLOCK: out[r][k] = e4m3(a[r][k])   (its fp32 scales per 128 stay with the tile's promotion)
  *
  * MX: ref_r = the row's largest UE8M0 byte (fr_mx_ref), b the k32 block's: the
  * very instructions fr_widen_rows runs on a stage (e4m3x16_to_f16, then
@@ -54,24 +55,40 @@ __device__ __forceinline__ void fold_chunk_nv(uint4 v, uint32_t sc, uint4 *dst)
     }
 }
 
+/* What a fold does to a format's rows (fold_kind_of): MX (MXFP8 activations: MXFP8, W4A8), NVFP4, or
+ * E4M3 widened alone (FP8-BLOCK). */
+#define FOLD_MX 0
+#define FOLD_NV 1
+#define FOLD_E4M3 2
+__host__ __device__ constexpr int fold_kind_of(int fmt)
+{
+    return fmt == MOE_EP_FORMAT_NVFP4 ? FOLD_NV : fmt == MOE_EP_FORMAT_FP8_BLOCK ? FOLD_E4M3 : FOLD_MX;
+}
+
 /* Bytes of a staged data row of K elements: E4M3 K, NVFP4's E2M1 K / 2. */
-#define FOLD_ROW_BYTES(NV, K) ((NV) ? (K) / 2 : (K))
+#define FOLD_ROW_BYTES(KIND, K) ((KIND) == FOLD_NV ? (K) / 2 : (K))
 
 /* The block's warps, a warp a row: n rows staged in shared memory (rows of
- * FOLD_ROW_BYTES(NV, K) at `data`: MX E4M3 rows, their UE8M0 scale rows
- * sc_stride bytes apart at `scales`; NV E2M1 rows, E4M3 scale rows) folded
- * into out (rows pitch elements apart). Mega's dispatch and fold items. */
-template <bool NV>
+ * FOLD_ROW_BYTES(KIND, K) at `data`: MX E4M3 rows, their UE8M0 scale rows
+ * sc_stride bytes apart at `scales`; NV E2M1 rows, E4M3 scale rows; E4M3 rows,
+ * scales unread) folded into out (rows pitch elements apart). Mega's dispatch and fold items. */
+template <int KIND>
 __device__ __forceinline__ void fold_staged_rows(const uint8_t *data, const uint8_t *scales, int sc_stride, int K, int n,
                                                  uint16_t *out, int64_t pitch)
 {
     const int lane = threadIdx.x % 32;
     for (int j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
-        const uint8_t *row = data + (size_t)j * FOLD_ROW_BYTES(NV, K), *sc = scales + (size_t)j * sc_stride;
+        const uint8_t *row = data + (size_t)j * FOLD_ROW_BYTES(KIND, K), *sc = scales + (size_t)j * sc_stride;
         uint4 *dst = (uint4 *)(out + j * pitch);
-        if constexpr (NV) {
+        if constexpr (KIND == FOLD_NV) {
             for (int ch = lane; ch < K / 32; ch += 32) /* 32 E2M1 a chunk, k16 blocks 2 ch, 2 ch + 1 */
                 fold_chunk_nv(ld_shared_v4(smem_u32(row + 16 * ch)), *(const uint16_t *)(sc + 2 * ch), dst + 4 * ch);
+        } else if constexpr (KIND == FOLD_E4M3) {
+            for (int ch = lane; ch < K / 16; ch += 32) { /* 16 E4M3 a chunk */
+                uint4 lo, hi;
+                e4m3x16_to_f16(ld_shared_v4(smem_u32(row + 16 * ch)), lo, hi);
+                dst[2 * ch] = lo, dst[2 * ch + 1] = hi;
+            }
         } else {
             uint32_t m = 0;
             for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));

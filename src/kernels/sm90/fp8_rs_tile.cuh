@@ -860,15 +860,61 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     }
 }
 
-/* The A16 form (the 128-row MX and NVFP4 instances, g.a16 set): the activation
+/* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, arriving with the bytes expected. */
+template <int FMT, int BMA, int CT>
+__device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, const CUtensorMap *ta, int row0, int kt)
+{
+    const int cs = kt % fr_smem<FMT, BMA, CT>::CVT;
+    mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
+    tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
+    tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
+}
+
+/* FP8-BLOCK's A16 form, warps 1-3 (u = t - 32, 96 threads): once the
+ * consumers freed an fp16 slot, thread u = 0 issues the stage's fp16 rows
+ * (the bytes expected without an arrival), then each thread stages s_x * s_w
+ * (as fr_store_scales forms them) of rows u and (u < 32) u + 96 and arrives
+ * (cvt_full counts 96). The scales are loaded after the wait, beside the
+ * rows' flight: loaded a stage ahead (fr_produce's way) they stayed live
+ * across the wait and spilled the mega kernel's 56-register producer. */
+template <int FMT, int BMA, int CT>
+__device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
+                                                  int64_t b_row, int row0, int rows_valid, int n_k, int u)
+{
+    constexpr int CVT = fr_smem<FMT, BMA, CT>::CVT;
+    const int b_words = (int)moe_ep_row_scale_bytes(g.b_fmt, g.K) / 4, a_words = g.a_scale_stride / 4;
+    const bool v0 = u < min(rows_valid, BMA), v1 = u + 96 < min(rows_valid, BMA); /* 0 past the valid rows */
+#pragma unroll 1
+    for (int kt = 0; kt < n_k; kt++) {
+        const int cs = kt % CVT;
+        tile_wait(g, &s.cvt_empty[cs], ((kt / CVT) & 1) ^ 1);
+        if (u == 0) {
+            mbar_expect_tx_only(&s.cvt_full[cs], BMA * 256);
+            tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
+            tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
+        }
+        const float *as = (const float *)g.a_scales + kt, *bs = (const float *)g.b_scales + (int)b_row * b_words + kt;
+        const float x0 = v0 ? __ldcg(as + (row0 + u) * a_words) : 0.0f, w0 = __ldcg(bs), w1 = __ldcg(bs + 128 * b_words);
+        s.sxw[cs][0][u] = x0 * w0, s.sxw[cs][1][u] = x0 * w1;
+        if (u + 96 < BMA) {
+            const float x1 = v1 ? __ldcg(as + (row0 + u + 96) * a_words) : 0.0f;
+            s.sxw[cs][0][u + 96] = x1 * w0, s.sxw[cs][1][u + 96] = x1 * w1;
+        }
+        mbar_arrive(&s.cvt_full[cs]);
+    }
+}
+
+/* The A16 form (the 128-row MX, NVFP4 and FP8-BLOCK instances, g.a16 set): the activation
  * rows come folded once into fp16 (fold_rows.cuh: the values fr_widen_rows
  * would write), ta maps them ([rows][K] fp16 a16_pitch apart, boxes of 64 x BMA, the
  * 128-byte swizzle of the fp16 stages), and the producer only streams:
  * thread 0 the weights and their records, thread 32 the fp16 stages (two
  * boxes each); MX: all 128 threads first read the row references (2^ref_x for
  * the sums; NVFP4's rows carry their scales, the global ones come after the sums).
- * No raw activations, no widening: each m tile's rows were widened again by each
- * of its N / 256 tiles. */
+ * FP8-BLOCK: warps 1-3 stage each stage's s_x * s_w (a thread one row, the first 32
+ * two: rows u and u + 96) before they arrive on its fp16 stage, thread 32's
+ * arrival the TMA's (fr_produce_scales). No raw activations, no widening: each m
+ * tile's rows were widened again by each of its N / 256 tiles. */
 template <int FMT, int BMA, typename HOOK, int CT>
 __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
                                                const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
@@ -886,25 +932,27 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
             tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
             mbar_expect_tx(&s.raw_full[st], FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row);
-            bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT), FR_WREC_STAGE(FMT),
-                      &s.raw_full[st]);
+            if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers (FP8-BLOCK: its scales, fr_produce_scales) */
+                bulk_load(s.wrec[st], g.b_mult + ((b_row / FR_BN) * n_k + kt) * FR_WREC_WORDS(FMT), FR_WREC_STAGE(FMT),
+                          &s.raw_full[st]);
             if (kt == min(n_k, RAW) - 1) HOOK::loads_issued();
         }
+    } else if constexpr (FR_FP8B(FMT)) {
+        if (t >= 32) fr_produce_scales(s, g, ta, b_row, row0, rows_valid, n_k, t - 32);
     } else if (t == 32) {
 #pragma unroll 1
         for (int kt = 0; kt < n_k; kt++) {
             const int cs = kt % CVT;
             tile_wait(g, &s.cvt_empty[cs], ((kt / CVT) & 1) ^ 1);
-            mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
-            tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
-            tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
+            fr_issue_a16_stage(s, ta, row0, kt);
         }
     }
 }
 
-/* Whether a tile can run the A16 form: the 128-row MX and NVFP4 instances (with g.a16 set; in mega, its A16
- * instances). NVFP4: E2M1 x its E4M3 scale x 2^7 (fr_widen_nv_chunk) is exact in fp16 like the MX products. */
-#define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT)) && (BMA) == 128 && (CT) == 1)
+/* Whether a tile can run the A16 form: the 128-row MX, NVFP4 and exact FP8-BLOCK instances (with g.a16 set;
+ * in mega, its A16 instances). NVFP4: E2M1 x its E4M3 scale x 2^7 (fr_widen_nv_chunk) is exact in fp16 like
+ * the MX products; FP8-BLOCK's rows are E4M3 widened (its scales stay per stage, fr_produce_scales). */
+#define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && (BMA) == 128 && (CT) == 1)
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
@@ -1253,13 +1301,14 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX or NVFP4, 128 rows, one block an SM");
+    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX, NVFP4 or FP8-BLOCK, 128 rows, one block an SM");
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
         /* A16: the widening threads arrive nowhere; the fp16 stages land by TMA (one arrival, the expect_tx) */
         for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], (smem_t::ARAW || A16 ? 0 : NT) + 256);
         for (int i = 0; i < smem_t::ARAW; i++) mbar_init(&s.act_full[i], 1), mbar_init(&s.act_empty[i], NT);
-        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? 1 : NT), mbar_init(&s.cvt_empty[i], 256);
+        /* (FP8-BLOCK's A16: warps 1-3 stage the scales and arrive, fr_produce_scales) */
+        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? (FR_FP8B(FMT) ? 96 : 1) : NT), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
         s.c_scale = FR_NV(FMT) ? __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e])) : 1.0f; /* as the mma.sync tile */
@@ -1280,7 +1329,10 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         if constexpr (CTAS == 1) setmaxnreg_inc<FR_LAUNCH_REGS>();
     } else { /* consumer h: weight rows [128 h, 128 h + 128), one 128-row scale block */
         if constexpr (CTAS == 1) setmaxnreg_inc<FR_CONSUMER_REGS(FMT, BMA)>();
-        int h = wg - 1, lane = t % 32, g8 = 16 * (t / 32) + lane / 4, q = lane % 4;
+        int tc = t; /* FP8-BLOCK's A16 mega kernel: computed here at each tile, not hoisted out of its item loop
+                     * (its 8 fragment-word offsets, live across the loop, spilled 32-64 bytes) */
+        if constexpr (A16 && FR_FP8B(FMT)) asm volatile("mov.b32 %0, %1;\n" : "=r"(tc) : "r"(t));
+        int h = wg - 1, lane = tc % 32, g8 = 16 * (tc / 32) + lane / 4, q = lane % 4;
         const fr_addr ad = fr_addr_of(s, h, g8, q);
         float acc[2][BMA / 2], part[BMA / 2];
 #pragma unroll

@@ -53,6 +53,13 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
 }
 
+/* The transaction bytes a phase also waits for, without an arrival (the arrival comes later, e.g. after
+ * the thread's own stores for the same phase). */
+__device__ __forceinline__ void mbar_expect_tx_only(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ void mbar_arrive(uint64_t *b)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
