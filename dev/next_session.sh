@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-seventh session: the MX rows folded once into fp16 (A16) merged, 7926bea;
-# issue #4's tables on an H100 in docs/benchmarks.md's first section; before, the fifty-sixth's drafts E / F
-# and the fifty-fifth's activation ring). First `status`: if it lists a multi-GPU kind,
-# issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1 dev/multi_gpu.sh W` on that kind, W GPUs;
-# then the EP8 bench, docs/benchmarks.md). A fresh checkout has none of the ignored build folders
-# below: build them on the CI machine first (minutes each; `export PATH=/usr/local/cuda/bin:$PATH`):
+# Device plan (as of the fifty-eighth session: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
+# docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
+# `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
+# dev/multi_gpu.sh W` on that kind, W GPUs; then the EP8 bench, docs/benchmarks.md). A fresh checkout
+# has none of the ignored build folders below: build them on the CI machine first (minutes each;
+# `export PATH=/usr/local/cuda/bin:$PATH`):
 #   build-c52/moe_ep_T.gz: cmake -S . -B build-t52 -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON
 #     -DMOE_EP_PTXAS_GUARD=OFF && cmake --build build-t52 -j2 --target moe_ep_tool; gzip -c
 #     build-t52/tools/moe_ep > build-c52/moe_ep_T.gz (3-4 min)
@@ -12,25 +13,24 @@
 #   build-carry/ (modes `stamps` and the default): moe_ep_A (main's tool), moe_ep_T (as
 #     build-c52's), rs_tile_paired and rs_tile_stamps (dev/wgmma_lab/rs_tile.cu's nvcc line, the
 #     first with -DLAB_PAIRED).
-# Calls, in order of value (fifty-seventh session: the fold merged, W lost; device time spent):
-# 0. Issue #4's tables at HEAD (`dev/issue4_run.sh build-carry/moe_ep_X`, ~350 s, a tool of HEAD):
-#    they were taken at 7926bea, before the dispatch's fold (104f6c4: mega MX -1-6 % more); HEAD's
-#    bench times each backend alone where their layers do not fit the GPU together (313dec9, not
-#    run on a GPU yet): the emulated MXFP8 pro row should come back on an H100 (check its stderr
-#    line "do not fit the GPU together"), and no "slice_l2_read_sweep ... out of memory" after a
-#    failed create (MOE_EP_CUDA_FAIL clears the runtime's last error).
-# 0a. The kernel lab on the A16 tile (dev/wgmma_lab/rs_tile.cu -DLAB_T512 -DFR_LAB_ACT16 now runs the
-#    library's fr_produce_a16, random fp16 rows; built on the CI machine, not run): where the
-#    MXFP8 / W4A8 128-row tile's time goes at T = 8192's shape with folded rows (consumer waits,
-#    weight stream, epilogue), to pick the next step for the exact FP8 paths' 2.5-2.8x at T >= 2048.
-# 0b. Mega's fold2 items (an m tile's GEMM2 rows folded once its GEMM1 tiles are done) in quarters
-#    of an m tile (four items, GEMM2 waits for 4): less latency where an expert has one m tile (W4A8
-#    at T = 512); predicted W4A8 mega -1-2 % at 512, ~0 above. Draft dev/drafts/mega_fold_quarters.patch
-#    (MEGA_FOLD_PARTS 4; built: scripts/ptxas_mega.sh full clean, every instance; not run): its
-#    test_split (split, mega: the unaligned case's W4A8 runs the fold1 items too), then A / B.
-# 0c. act16's memory (rows x max(H, I) x 2 B; flash slice at max_tokens 8192: 3.2 GB): an engine's
-#    view; e.g. GEMM2's fp16 rows into xq's space where 2 I <= H (xq is free once GEMM1's rows are
-#    folded), GEMM1's into act16 of rows x H only.
+#   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
+# Calls, in order of value:
+# 0. What binds the A16 tiles now (kernel lab `-DLAB_T512 -DFR_LAB_ACT16`, stamps at 1536 rows): the
+#    epilogue is 13 % of NVFP4's GEMM1 tile and 17 % of its GEMM2's, consumer waits 14 %. The
+#    structural fix (the epilogue beside the next tile's K loop: consumer warpgroups ping-ponging
+#    whole tiles, or C in quarters beside the ring, design.md's twenty-third session) is the lead
+#    for every exact path at T >= 2048; the lab first (a 64-row-per-consumer ping-pong there).
+# 0a. A16 at decode: the producer's widening was 11-15 % of the decode tiles' time (lab,
+#    FR_LAB_SKIP_WIDEN); mega's dispatch already folds GEMM1's rows for free where it stages. The
+#    16-row paired instances' A16 form (GEMM1 only: GEMM2's rows would need fold items, whose
+#    latency decode cannot hide) for MXFP8 / FP8-BLOCK at T = 8 / 64 (flash 1.17-1.24 against 1.15).
+# 0b. MXFP8 at one m tile an expert (T = 512) still widens: a mixed form (GEMM1 on the dispatch's
+#    folded rows, GEMM2 widening: no fold items) would take GEMM1's lab gain (-6 %) without the
+#    fold2 latency that made the full A16 form lose 1-4 % there; both tile forms in one mega kernel.
+# 0c. act16's memory (rows x max(H, I) x 2 B, every quantized path on the fp16 tile now): a cap
+#    needs a bound on the rows a forward receives, which only the device knows (no host sync), so
+#    either both tile forms chosen on the device per forward, or workspaces shared across layers
+#    (an engine's many MoE layers run one after another: one act16, xq, aq, y for all of them).
 # 1. Split's MXFP8 and W4A8 GEMM stages at T = 8192 lost 1-3 % to their third weight stages (mega
 #    gained): a split-only 128-row instance with the old shared ring (FR_ARAW_OF 0, W4A8 2 raw
 #    stages) chosen at >= ~1024 rows an expert, A / B against main at T = 2048 / 8192 and 512.
