@@ -20,10 +20,8 @@
 #    structural fix (the epilogue beside the next tile's K loop: consumer warpgroups ping-ponging
 #    whole tiles, or C in quarters beside the ring, design.md's twenty-third session) is the lead
 #    for every exact path at T >= 2048; the lab first (a 64-row-per-consumer ping-pong there).
-# 0a. A16 at decode: the producer's widening was 11-15 % of the decode tiles' time (lab,
-#    FR_LAB_SKIP_WIDEN); mega's dispatch already folds GEMM1's rows for free where it stages. The
-#    16-row paired instances' A16 form (GEMM1 only: GEMM2's rows would need fold items, whose
-#    latency decode cannot hide) for MXFP8 / FP8-BLOCK at T = 8 / 64 (flash 1.17-1.24 against 1.15).
+# 0a. (done in the fifty-eighth session: FP8-BLOCK's paired 16-row decode tile in mega's A16 form, no
+#    gain at T = 8; dev/drafts/a16_decode_fp8_block.patch. Mega's fold items in quarters: no gain.)
 # 0b. MXFP8 at one m tile an expert (T = 512) still widens: a mixed form (GEMM1 on the dispatch's
 #    folded rows, GEMM2 widening: no fold items) would take GEMM1's lab gain (-6 %) without the
 #    fold2 latency that made the full A16 form lose 1-4 % there; both tile forms in one mega kernel.
