@@ -22,9 +22,8 @@
 #    for every exact path at T >= 2048; the lab first (a 64-row-per-consumer ping-pong there).
 # 0a. (done in the fifty-eighth session: FP8-BLOCK's paired 16-row decode tile in mega's A16 form, no
 #    gain at T = 8; dev/drafts/a16_decode_fp8_block.patch. Mega's fold items in quarters: no gain.)
-# 0b. MXFP8 at one m tile an expert (T = 512) still widens: a mixed form (GEMM1 on the dispatch's
-#    folded rows, GEMM2 widening: no fold items) would take GEMM1's lab gain (-6 %) without the
-#    fold2 latency that made the full A16 form lose 1-4 % there; both tile forms in one mega kernel.
+# 0b. (done in the fifty-eighth session: MXFP8 at T = 512 in a mixed form, GEMM1 on folded rows and
+#    GEMM2 widening: no gain; dev/drafts/mxfp8_mixed_a16.patch.)
 # 0c. act16's memory (rows x max(H, I) x 2 B, every quantized path on the fp16 tile now): a cap
 #    needs a bound on the rows a forward receives, which only the device knows (no host sync), so
 #    either both tile forms chosen on the device per forward, or workspaces shared across layers
