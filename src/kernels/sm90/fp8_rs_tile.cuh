@@ -893,11 +893,12 @@ __device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT> &s, cons
             tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
             tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
         }
-        const float *as = (const float *)g.a_scales + kt, *bs = (const float *)g.b_scales + (int)b_row * b_words + kt;
-        const float x0 = v0 ? __ldcg(as + (row0 + u) * a_words) : 0.0f, w0 = __ldcg(bs), w1 = __ldcg(bs + 128 * b_words);
+        /* 64-bit offsets: weight rows x K / 128 words pass 2^31 at 1024 experts of large N and K */
+        const float *as = (const float *)g.a_scales + kt, *bs = (const float *)g.b_scales + b_row * b_words + kt;
+        const float x0 = v0 ? __ldcg(as + (int64_t)(row0 + u) * a_words) : 0.0f, w0 = __ldcg(bs), w1 = __ldcg(bs + 128 * b_words);
         s.sxw[cs][0][u] = x0 * w0, s.sxw[cs][1][u] = x0 * w1;
         if (u + 96 < BMA) {
-            const float x1 = v1 ? __ldcg(as + (row0 + u + 96) * a_words) : 0.0f;
+            const float x1 = v1 ? __ldcg(as + (int64_t)(row0 + u + 96) * a_words) : 0.0f;
             s.sxw[cs][0][u + 96] = x1 * w0, s.sxw[cs][1][u + 96] = x1 * w1;
         }
         mbar_arrive(&s.cvt_full[cs]);
