@@ -6,7 +6,7 @@
  *   count     slots -> per-expert positions (ids checked)         [slot chunks]
  *   dispatch  tokens quantized into their expert rows             [token groups]
  *             (bf16 on the wgmma tile: only each row's source; GEMM1 reads x)
- *   fold1     an m tile's MX rows folded into fp16 (A16 tiles)    [tiles, or none; none where the
+ *   fold1     an m tile's rows folded into fp16 (A16 tiles)       [tiles, or none; none where the
  *             (the staged dispatch folds its rows itself)          dispatch stores fp16 rows]
  *   gemm1     GEMM1 + SwiGLU + requant tiles (m tile x 256 cols)  [tiles x 2I/256]
  *   fold2     an m tile's GEMM1 output rows folded (A16 tiles)    [tiles, or none]

@@ -10,7 +10,10 @@
  *     registers (cvt.rn.f16x2.e4m3x2), so the weights never take an fp16
  *     round trip through shared memory;
  *   B (shared memory) = activations: the producer warpgroup widens the 128
- *     raw rows to fp16 in the wgmma layout.
+ *     raw rows to fp16 in the wgmma layout; or, in the A16 form (template
+ *     A16: the 128-row MX, NVFP4 and FP8-BLOCK instances), they come already
+ *     folded into fp16 (fold_rows.cuh, once per m tile instead of once per
+ *     m tile and N tile) by TMA (fr_produce_a16).
  *
  * So the accumulators hold weight rows x activation rows; the epilogue
  * stores them transposed into the C tile and runs the shared epilogue.
