@@ -1,4 +1,4 @@
-/* Split's fold pass: every row of a GEMM's MX or NVFP4 activations into fp16
+/* Split's fold pass: every row of a GEMM's MX, NVFP4 or FP8-BLOCK activations into fp16
  * (fold_rows.cuh), before the GEMM's 128-row register tiles take them by TMA.
  * A warp a row, four 16-byte loads a lane in flight; rows [0,
  * expert_offset[E]) (the count is on the device: no host synchronisation). */
@@ -6,61 +6,38 @@
 
 #define FOLD_WARPS 8
 
-/* MX (MXFP8 rows, UE8M0 scales folded in) or, MX false, FP8-BLOCK's E4M3 rows alone. */
-template <bool MX>
-__global__ void __launch_bounds__(32 * FOLD_WARPS) fold_mx_rows(gemm_args g, uint16_t *out)
+/* KIND (fold_kind_of): MX (MXFP8 rows, UE8M0 scales folded in), NVFP4 (E2M1 rows of K / 2 bytes, E4M3
+ * scales per 16), or E4M3 widened alone (FP8-BLOCK). */
+template <int KIND>
+__global__ void __launch_bounds__(32 * FOLD_WARPS) fold_rows(gemm_args g, uint16_t *out)
 {
     if (moe_ep_dev_failed(g.error)) return;
-    const int lane = threadIdx.x % 32, words = g.K / 128, chunks = g.K / 16; /* scale words (4 bytes), 16-byte chunks */
+    const int lane = threadIdx.x % 32, words = g.K / 128, chunks = FOLD_CHUNKS(KIND, g.K); /* scale words (4 bytes) */
     const int64_t rows = g.expert_offset[g.E];
     for (int64_t r = blockIdx.x * FOLD_WARPS + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * FOLD_WARPS) {
         const uint8_t *sc = g.a_scales + r * g.a_scale_stride;
-        uint32_t m = 0;
-        if (MX)
+        uint32_t ref = 0;
+        if constexpr (KIND == FOLD_MX) {
+            uint32_t m = 0;
             for (int i = lane; i < words; i += 32) m = __vmaxu4(m, __ldg((const unsigned int *)sc + i));
-        const uint32_t ref = MX ? fold_row_ref(m) : 0u;
-        const uint4 *src = (const uint4 *)(g.a + r * g.K);
-        uint4 *dst = (uint4 *)(out + r * g.a16_pitch);
-        for (int c0 = lane; c0 < chunks; c0 += 4 * 32) { /* chunk c: k32 block c / 2 */
-            uint4 v[4];
-            uint32_t b[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (c0 + 32 * j < chunks) v[j] = __ldg(src + c0 + 32 * j), b[j] = MX ? __ldg(sc + (c0 + 32 * j) / 2) : 0u;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (c0 + 32 * j >= chunks) continue;
-                if (MX) {
-                    fold_chunk(v[j], ref, b[j], dst + 2 * (c0 + 32 * j));
-                } else {
-                    uint4 lo, hi;
-                    e4m3x16_to_f16(v[j], lo, hi);
-                    dst[2 * (c0 + 32 * j)] = lo, dst[2 * (c0 + 32 * j) + 1] = hi;
-                }
-            }
+            ref = fold_row_ref(m);
         }
-    }
-}
-
-/* NVFP4 rows (E2M1, K / 2 bytes; E4M3 scales per 16): the same, 32 elements a chunk. */
-__global__ void __launch_bounds__(32 * FOLD_WARPS) fold_nv_rows(gemm_args g, uint16_t *out)
-{
-    if (moe_ep_dev_failed(g.error)) return;
-    const int lane = threadIdx.x % 32, chunks = g.K / 32; /* 16-byte chunks of 32 E2M1 */
-    const int64_t rows = g.expert_offset[g.E];
-    for (int64_t r = blockIdx.x * FOLD_WARPS + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * FOLD_WARPS) {
-        const uint16_t *sc = (const uint16_t *)(g.a_scales + r * g.a_scale_stride); /* a chunk's two scale bytes */
-        const uint4 *src = (const uint4 *)(g.a + r * (g.K / 2));
+        const uint4 *src = (const uint4 *)(g.a + r * FOLD_ROW_BYTES(KIND, g.K));
         uint4 *dst = (uint4 *)(out + r * g.a16_pitch);
         for (int c0 = lane; c0 < chunks; c0 += 4 * 32) {
             uint4 v[4];
             uint32_t b[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (c0 + 32 * j < chunks) v[j] = __ldg(src + c0 + 32 * j), b[j] = __ldg(sc + c0 + 32 * j);
+            for (int j = 0; j < 4; j++) {
+                const int c = c0 + 32 * j;
+                if (c < chunks)
+                    v[j] = __ldg(src + c), b[j] = KIND == FOLD_NV   ? __ldg((const uint16_t *)sc + c)
+                                                : KIND == FOLD_MX ? __ldg(sc + c / 2)
+                                                                  : 0u;
+            }
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                if (c0 + 32 * j < chunks) fold_chunk_nv(v[j], b[j], dst + 4 * (c0 + 32 * j));
+                if (c0 + 32 * j < chunks) fold_chunk_of<KIND>(v[j], ref, b[j], dst + FOLD_CHUNK_OUT(KIND) * (c0 + 32 * j));
         }
     }
 }
@@ -74,8 +51,8 @@ moe_ep_status_t moe_ep_fold_rows(const gemm_args &g, uint16_t *out, int64_t rows
         return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "fold_rows: MXFP8, NVFP4 or FP8-BLOCK rows, K %% 128, a pitch of K or more");
     int64_t blocks = (rows_capacity + FOLD_WARPS - 1) / FOLD_WARPS, cap = (int64_t)num_sms * 8;
     const unsigned grid = (unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
-    if (f == MOE_EP_FORMAT_NVFP4) fold_nv_rows<<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
-    else if (f == MOE_EP_FORMAT_MXFP8) fold_mx_rows<true><<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
-    else fold_mx_rows<false><<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
+    if (f == MOE_EP_FORMAT_NVFP4) fold_rows<FOLD_NV><<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
+    else if (f == MOE_EP_FORMAT_MXFP8) fold_rows<FOLD_MX><<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
+    else fold_rows<FOLD_E4M3><<<grid, 32 * FOLD_WARPS, 0, s>>>(g, out);
     return moe_ep_launch_check("fold_rows");
 }

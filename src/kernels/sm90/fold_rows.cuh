@@ -65,8 +65,27 @@ __host__ __device__ constexpr int fold_kind_of(int fmt)
     return fmt == MOE_EP_FORMAT_NVFP4 ? FOLD_NV : fmt == MOE_EP_FORMAT_FP8_BLOCK ? FOLD_E4M3 : FOLD_MX;
 }
 
-/* Bytes of a staged data row of K elements: E4M3 K, NVFP4's E2M1 K / 2. */
+/* A row of K elements: its data bytes (E4M3 K, NVFP4's E2M1 K / 2), its 16-byte data chunks, and the
+ * 16-byte fp16 chunks each gives (NVFP4 4: 32 elements; E4M3 2: 16). */
 #define FOLD_ROW_BYTES(KIND, K) ((KIND) == FOLD_NV ? (K) / 2 : (K))
+#define FOLD_CHUNKS(KIND, K) ((KIND) == FOLD_NV ? (K) / 32 : (K) / 16)
+#define FOLD_CHUNK_OUT(KIND) ((KIND) == FOLD_NV ? 4 : 2)
+
+/* Data chunk v of a row into fp16 at dst: MX times 2^-(ref - sc) (sc: its k32 block's UE8M0 byte);
+ * NVFP4 with its two k16 blocks' E4M3 bytes sc; E4M3 widened alone. */
+template <int KIND>
+__device__ __forceinline__ void fold_chunk_of(uint4 v, uint32_t ref, uint32_t sc, uint4 *dst)
+{
+    if constexpr (KIND == FOLD_NV) {
+        fold_chunk_nv(v, sc, dst);
+    } else if constexpr (KIND == FOLD_E4M3) {
+        uint4 lo, hi;
+        e4m3x16_to_f16(v, lo, hi);
+        dst[0] = lo, dst[1] = hi;
+    } else {
+        fold_chunk(v, ref, sc, dst);
+    }
+}
 
 /* The block's warps, a warp a row: n rows staged in shared memory (rows of
  * FOLD_ROW_BYTES(KIND, K) at `data`: MX E4M3 rows, their UE8M0 scale rows
@@ -80,21 +99,15 @@ __device__ __forceinline__ void fold_staged_rows(const uint8_t *data, const uint
     for (int j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
         const uint8_t *row = data + (size_t)j * FOLD_ROW_BYTES(KIND, K), *sc = scales + (size_t)j * sc_stride;
         uint4 *dst = (uint4 *)(out + j * pitch);
-        if constexpr (KIND == FOLD_NV) {
-            for (int ch = lane; ch < K / 32; ch += 32) /* 32 E2M1 a chunk, k16 blocks 2 ch, 2 ch + 1 */
-                fold_chunk_nv(ld_shared_v4(smem_u32(row + 16 * ch)), *(const uint16_t *)(sc + 2 * ch), dst + 4 * ch);
-        } else if constexpr (KIND == FOLD_E4M3) {
-            for (int ch = lane; ch < K / 16; ch += 32) { /* 16 E4M3 a chunk */
-                uint4 lo, hi;
-                e4m3x16_to_f16(ld_shared_v4(smem_u32(row + 16 * ch)), lo, hi);
-                dst[2 * ch] = lo, dst[2 * ch + 1] = hi;
-            }
-        } else {
+        uint32_t ref = 0;
+        if constexpr (KIND == FOLD_MX) {
             uint32_t m = 0;
             for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
-            const uint32_t ref = fold_row_ref(m);
-            for (int ch = lane; ch < K / 16; ch += 32) /* 16 E4M3 a chunk, k32 block ch / 2 */
-                fold_chunk(ld_shared_v4(smem_u32(row + 16 * ch)), ref, sc[ch / 2], dst + 2 * ch);
+            ref = fold_row_ref(m);
+        }
+        for (int ch = lane; ch < FOLD_CHUNKS(KIND, K); ch += 32) {
+            const uint32_t b = KIND == FOLD_NV ? *(const uint16_t *)(sc + 2 * ch) : KIND == FOLD_MX ? sc[ch / 2] : 0u;
+            fold_chunk_of<KIND>(ld_shared_v4(smem_u32(row + 16 * ch)), ref, b, dst + FOLD_CHUNK_OUT(KIND) * ch);
         }
     }
 }

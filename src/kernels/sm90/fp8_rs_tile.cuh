@@ -863,12 +863,14 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     }
 }
 
-/* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, arriving with the bytes expected. */
-template <int FMT, int BMA, int CT>
+/* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, the bytes expected with the
+ * thread's arrival (ARRIVE) or without (it arrives later, after its own stores for the stage). */
+template <bool ARRIVE, int FMT, int BMA, int CT>
 __device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, const CUtensorMap *ta, int row0, int kt)
 {
     const int cs = kt % fr_smem<FMT, BMA, CT>::CVT;
-    mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
+    if constexpr (ARRIVE) mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
+    else mbar_expect_tx_only(&s.cvt_full[cs], BMA * 256);
     tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
     tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
 }
@@ -891,11 +893,7 @@ __device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT> &s, cons
     for (int kt = 0; kt < n_k; kt++) {
         const int cs = kt % CVT;
         tile_wait(g, &s.cvt_empty[cs], ((kt / CVT) & 1) ^ 1);
-        if (u == 0) {
-            mbar_expect_tx_only(&s.cvt_full[cs], BMA * 256);
-            tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
-            tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
-        }
+        if (u == 0) fr_issue_a16_stage<false>(s, ta, row0, kt);
         /* 64-bit offsets: weight rows x K / 128 words pass 2^31 at 1024 experts of large N and K */
         const float *as = (const float *)g.a_scales + kt, *bs = (const float *)g.b_scales + b_row * b_words + kt;
         const float x0 = v0 ? __ldcg(as + (int64_t)(row0 + u) * a_words) : 0.0f, w0 = __ldcg(bs), w1 = __ldcg(bs + 128 * b_words);
@@ -948,7 +946,7 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
         for (int kt = 0; kt < n_k; kt++) {
             const int cs = kt % CVT;
             tile_wait(g, &s.cvt_empty[cs], ((kt / CVT) & 1) ^ 1);
-            fr_issue_a16_stage(s, ta, row0, kt);
+            fr_issue_a16_stage<true>(s, ta, row0, kt);
         }
     }
 }
