@@ -1127,14 +1127,14 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
  * alternate into their own accumulators acc[0], acc[1] (16 commit groups,
  * FR_NV_RING - 1 wgmmas in flight while a fragment is widened) and the
  * warpgroup waits once per stage, before the stage is released. */
-template <int BMA, int NW = BMA>
+template <int BMA, int NW = BMA, int BSTEP = 1> /* BSTEP: blocks b at weight rows 64 b BSTEP on (2: the kernel lab's pipelined form) */
 __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
 {
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     uint32_t a[FR_NV_RING][4];
     uint32_t x[2][4], y[2][4]; /* both blocks' words of the stage */
 #pragma unroll
-    for (int i = 0; i < 8; i++) fr_load_word<RS_NVFP4>(x[i % 2][i / 2], y[i % 2][i / 2], ad, rs, i % 2, i / 2);
+    for (int i = 0; i < 8; i++) fr_load_word<RS_NVFP4>(x[i % 2][i / 2], y[i % 2][i / 2], ad, rs, BSTEP * (i % 2), i / 2);
     fr_raw r;
     fr_load_mult_nv(r, ad, rs, 0, 0);
 #pragma unroll
@@ -1147,7 +1147,7 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
         uint64_t db = smem_desc_u32(act + (kk / 4) * BMA * 128) + 2 * (kk % 4);
         fr_wgmma<NW>(acc[b], a[i % FR_NV_RING], db, 1);
         wgmma_commit();
-        if (i < 15) fr_load_mult_nv(r, ad, rs, (i + 1) % 2, (i + 1) / 2);
+        if (i < 15) fr_load_mult_nv(r, ad, rs, BSTEP * ((i + 1) % 2), (i + 1) / 2);
     }
     wgmma_wait<0>();
 }
