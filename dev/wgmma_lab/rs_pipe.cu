@@ -14,21 +14,11 @@
 #define FR_SMEM_LIMIT (227 * 1024) /* the split backend's: no mega kernel around the lab's tile */
 #include "fr_pipe.cuh"
 #include "lab_common.cuh"
+#include "rs_lab_common.cuh"
 
 #include <stdarg.h>
 #include <string.h>
 #include <vector>
-
-extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s:%d: ", file, line);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    return status;
-}
 
 /* The pipelined form over a plain persistent grid (the lab's stand-in for
  * the mega runs' item claims): thread 0 streams, the consumers run the K
@@ -112,15 +102,6 @@ __global__ void __launch_bounds__(384, 1) base_kernel(gemm_args g, const __grid_
     }
 }
 
-__global__ void fill_random(uint8_t *p, int64_t n, uint32_t seed, int e4m3)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = e4m3 ? (uint8_t)((h & 0x87) | (((h >> 8) % 5 + 5) << 3)) : (uint8_t)h;
-    }
-}
-
 /* fp16 rows in [-2, 2) (as a fold's values, O(1)) */
 __global__ void fill_f16(__half *p, int64_t n, uint32_t seed)
 {
@@ -129,23 +110,6 @@ __global__ void fill_f16(__half *p, int64_t n, uint32_t seed)
         h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
         p[i] = __float2half(((float)(h & 0xFFFF) / 65536.0f - 0.5f) * 4.0f);
     }
-}
-
-__global__ void fill_u32(uint32_t *p, int64_t n, uint32_t v)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) p[i] = v;
-}
-
-__global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, int e2m1, int nv, uint32_t *records)
-{
-    fr_weight_records_item(scales, rows, K, e2m1 != 0, nv != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
-}
-
-static void *dev_alloc(size_t n)
-{
-    void *p;
-    CHECK(cudaMalloc(&p, n < 16 ? 16 : n));
-    return p;
 }
 
 template <typename KERNEL>

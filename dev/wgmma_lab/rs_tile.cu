@@ -71,32 +71,16 @@ __device__ __forceinline__ void lab_stamp(int p)
 
 #include "kernels/sm90/fp8_rs_tile.cuh"
 #include "lab_common.cuh"
+#include "rs_lab_common.cuh"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
 
-extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s:%d: ", file, line);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    return status;
-}
-
 /* Experts whose weights the tiles read (expert e reads e % this one's): all
  * of them, or few enough for L2 (LAB_DECODE's L2-resident run). */
 __constant__ int g_weight_experts;
-
-/* The weights' multiplier records (as weights.cu's prep_weight_records). */
-__global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, int e2m1, int nv, uint32_t *records)
-{
-    fr_weight_records_item(scales, rows, K, e2m1 != 0, nv != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
-}
 
 /* CT: blocks per SM the kernel is compiled for (2: a paired instance's launch, as the backends
  * run it: 80 registers, no setmaxnreg; 1: one block per SM at 168 registers, with CT's ring). */
@@ -129,28 +113,6 @@ __global__ void __launch_bounds__(384, CT) tile_lab(gemm_args g, const __grid_co
     if (threadIdx.x < LAB_POINTS)
         g_stamp_sum[blockIdx.x * LAB_POINTS + threadIdx.x] = s_stamp_sum[threadIdx.x],
         g_stamp_count[blockIdx.x * LAB_POINTS + threadIdx.x] = s_stamp_count[threadIdx.x];
-}
-
-__global__ void fill_random(uint8_t *p, int64_t n, uint32_t seed, int e4m3)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        /* E4M3: exponent field 5..9 (2^-2 .. 2^2), any sign and mantissa; E2M1 pairs: any byte */
-        p[i] = e4m3 ? (uint8_t)((h & 0x87) | (((h >> 8) % 5 + 5) << 3)) : (uint8_t)h;
-    }
-}
-
-__global__ void fill_u32(uint32_t *p, int64_t n, uint32_t v)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) p[i] = v;
-}
-
-static void *dev_alloc(size_t n)
-{
-    void *p;
-    CHECK(cudaMalloc(&p, n < 16 ? 16 : n));
-    return p;
 }
 
 /* One scale of format f, replicated in a 32-bit word: 1 for the

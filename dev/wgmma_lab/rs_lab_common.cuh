@@ -1,0 +1,49 @@
+/* Device helpers shared by the register tile's kernel labs (rs_tile.cu,
+ * rs_pipe.cu): the library's failure hook, the weights' records, random
+ * fills and an allocation. Include after kernels/sm90/fp8_rs_tile.cuh and
+ * lab_common.cuh. */
+#ifndef MOE_EP_RS_LAB_COMMON_CUH
+#define MOE_EP_RS_LAB_COMMON_CUH
+
+#include <stdarg.h>
+
+extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s:%d: ", file, line);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    return status;
+}
+
+/* The weights' multiplier records (as weights.cu's prep_weight_records). */
+__global__ void lab_weight_records(const uint8_t *scales, int64_t rows, int K, int e2m1, int nv, uint32_t *records)
+{
+    fr_weight_records_item(scales, rows, K, e2m1 != 0, nv != 0, records, (int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+__global__ void fill_random(uint8_t *p, int64_t n, uint32_t seed, int e4m3)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        /* E4M3: exponent field 5..9 (2^-2 .. 2^2), any sign and mantissa; E2M1 pairs: any byte */
+        p[i] = e4m3 ? (uint8_t)((h & 0x87) | (((h >> 8) % 5 + 5) << 3)) : (uint8_t)h;
+    }
+}
+
+__global__ void fill_u32(uint32_t *p, int64_t n, uint32_t v)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) p[i] = v;
+}
+
+static void *dev_alloc(size_t n)
+{
+    void *p;
+    CHECK(cudaMalloc(&p, n < 16 ? 16 : n));
+    return p;
+}
+
+#endif
