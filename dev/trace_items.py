@@ -12,7 +12,8 @@ entry to its first claim) and exit (mega_exit) frame the items."""
 import collections
 import sys
 
-NAMES = {0: "send", 1: "count", 2: "dispatch", 3: "gemm1", 4: "gemm2", 5: "rows", 6: "combine", 7: "start", 8: "exit"}
+NAMES = {0: "send", 1: "count", 2: "dispatch", 3: "gemm1", 4: "gemm2", 5: "rows", 6: "combine", 7: "start", 8: "exit",
+         9: "fold", 17: "g1 tiles", 18: "g2 tiles"}  # 17, 18: a GEMM run's tile releases (a draft's trace)
 GEOS = {"ds-v4-flash": (4096, 2048), "ds-v4-pro": (7168, 3072)}
 WEIGHT_BYTES = {"bf16": 2.0, "mxfp8": 1.0, "fp8_block": 1.0, "w4a8": 0.5, "nvfp4": 0.5}
 
@@ -43,6 +44,9 @@ def report(label, recs):
         wait = sum(r[3] - r[2] for r in v) / len(blocks) / 1e3
         line = (f"  {NAMES.get(k, k):8s} {len(v):6d} items  {(min(r[2] for r in v) - z) / 1e3:7.1f} .. "
                 f"{(max(r[5] for r in v) - z) / 1e3:7.1f} us  busy {busy:6.1f}  wait {wait:6.1f} us a block")
+        if k in (17, 18):  # from the previous release (or the run's start) to this one
+            run = [(r[5] - r[2]) / 1e3 for r in v]
+            line += f"  between releases p10/p50/p90 {q(run, .1):.1f}/{q(run, .5):.1f}/{q(run, .9):.1f} us"
         if k in (3, 4):
             run = [(r[5] - r[3]) / 1e3 for r in v]
             kb = 256 * (H if k == 3 else I) * wb / 1e3

@@ -85,6 +85,7 @@ static alloc_plan_t plan_allocs(const moe_ep_layer_config_t *c, int local_ranks,
     b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, 2 * I, H)) : 0) + 16; /* w13_mult */
     b[p.n++] = (rec ? (size_t)(E * MOE_EP_WEIGHT_RECORD_BYTES(c->path, H, I)) : 0) + 16;     /* w2_mult */
     b[p.n++] = (split_act16(c, rows, E) ? (size_t)(rows * MOE_EP_ACT16_PITCH(H, I) * 2) : 0) + 16; /* act16 */
+    b[p.n++] = (split_act16(c, rows, E) && moe_ep_act16_2_on(c->backend, c->path) ? (size_t)(rows * I * 2) : 0) + 16; /* act16_2 */
     return p;
 }
 
@@ -155,6 +156,7 @@ moe_ep_status_t moe_ep_split_create(moe_ep_layer_t l)
     int rec = moe_ep_weight_records_on(l->cfg.path, l->cfg.hidden, l->cfg.intermediate, l->cfg.fp8_fast_accum);
     b->w13_mult = rec ? a[20] : NULL, b->w2_mult = rec ? a[21] : NULL;
     b->act16 = split_act16(&l->cfg, rows_capacity(&l->cfg, moe_ep_comm_source_ranks(l->group)), l->num_local_experts) ? a[22] : NULL;
+    b->act16_2 = b->act16 && moe_ep_act16_2_on(l->cfg.backend, l->cfg.path) ? a[23] : NULL;
     b->error = l->group->error_dev, b->error_mapped = l->group->error_mapped_dev;
     if (l->group->comm && l->cfg.backend == MOE_EP_BACKEND_SPLIT) /* mega: its own links (mega.c) */
         return moe_ep_xchg_create(l->group, &l->cfg, &s->xchg);

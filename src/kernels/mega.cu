@@ -70,10 +70,11 @@ __device__ bool setup_items(const moe_ep_mega_args_t &a, mega_shared *sh, bool s
 }
 
 /* The block's copy of the plan, once every slot is counted: expert row and
- * tile offsets in shared memory; A16: a fold item an m tile before GEMM2, and
- * before GEMM1 where the dispatch does not fold its rows itself. */
+ * tile offsets in shared memory; A16: a fold item an m tile before GEMM2
+ * where GEMM1's epilogue does not fold its outputs itself (gemm_args.out16),
+ * and before GEMM1 where the dispatch does not fold its rows itself. */
 template <int BM, bool A16>
-__device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh, bool dispatch_folds)
+__device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh, bool dispatch_folds, bool gemm1_folds)
 {
     const mega_ctx c = ctx_of(a, sh);
     if (!block_wait(&c.ctr[MOE_EP_MEGA_CTR_COUNTED], sh->n_count, a, MOE_EP_MEGA_WAIT_COUNT, 0)) return false;
@@ -82,7 +83,7 @@ __device__ bool mega_plan(const moe_ep_mega_args_t &a, mega_shared *sh, bool dis
     if (threadIdx.x == 0) {
         sh->tiles = c.tile_off[a.d.E];
         if constexpr (A16) /* else 0 since the start (MEGA_DEFERS instances read them) */
-            sh->n_fold = sh->tiles, sh->n_fold1 = dispatch_folds ? 0 : sh->tiles;
+            sh->n_fold = gemm1_folds ? 0 : sh->tiles, sh->n_fold1 = dispatch_folds ? 0 : sh->tiles;
     }
     __syncthreads();
     return true;
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             count_item(a, sh, i);
             continue;
         }
-        if (sh->tiles < 0 && !mega_plan<BM, A16>(a, sh, p.xs.fold_bytes > 0)) break;
+        if (sh->tiles < 0 && !mega_plan<BM, A16>(a, sh, p.xs.fold_bytes > 0, p.g1.out16 != nullptr)) break;
         i -= sh->n_count;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
@@ -349,6 +350,8 @@ static moe_ep_status_t launch(const moe_ep_mega_args_t *a, cudaStream_t s)
             if ((int64_t)p.xs.sh_offset < MEGA_STAGES * row)
                 return MOE_EP_FAIL(MOE_EP_ERROR_UNSUPPORTED, "%s: rows of %lld too long for the fold items' stages", name, (long long)K);
             p.g1.a16 = p.g2.a16 = a->b.act16;
+            if (MODE == MODE_NV_RS && a->b.act16_2) /* GEMM2's rows folded by GEMM1's epilogue: no fold items between */
+                p.g1.out16 = a->b.act16_2, p.g2.a16 = a->b.act16_2, p.g2.a16_pitch = a->d.I;
         }
         MOE_EP_CHECK(fr_make_maps<BM>(p.g1, rows, &p.ta1, &p.tb1));
         MOE_EP_CHECK(fr_make_maps<BM>(p.g2, rows, &p.ta2, &p.tb2));

@@ -133,10 +133,12 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         if (threadIdx.x == 0) sh->trace_stall = claim_saw_inputs<MODE>(sh) ? 0 : 1;
 #endif
         bool ok;
-        if constexpr (A16) /* the m tile's rows in fp16: by its fold item (mega_fold.cuh), or the dispatch's */
+        if constexpr (A16) /* the m tile's rows in fp16: by its fold item (mega_fold.cuh), the dispatch's or GEMM1's epilogue */
             ok = claim_saw_inputs<MODE>(sh) ||
                  (FIRST && !sh->n_fold1
                       ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
+                  : !FIRST && !sh->n_fold
+                      ? block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt)
                       : block_wait(mega_fold_done(a, c, FIRST, mt), 1, a, MOE_EP_MEGA_WAIT_FOLD, (uint32_t)mt));
         else
             ok = claim_saw_inputs<MODE>(sh) ||

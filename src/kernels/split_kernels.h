@@ -104,6 +104,13 @@ static inline int moe_ep_a16_rows(moe_ep_path_t path, long long rows, int E)
 {
     return path == MOE_EP_PATH_W4A8 || path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_FP8_BLOCK || (path == MOE_EP_PATH_MXFP8 && rows >= (long long)MOE_EP_A16_MXFP8_MIN_ROWS * E);
 }
+/* Mega layers whose GEMM1 epilogue folds GEMM2's rows itself (bufs.act16_2): NVFP4, whose fold
+ * takes a chunk alone (MX's needs the row's largest scale, known only once all of the row's GEMM1
+ * tiles are done; FP8-BLOCK's 128-row mega instance spilled 8 bytes with it); given act16. */
+static inline int moe_ep_act16_2_on(moe_ep_backend_t backend, moe_ep_path_t path)
+{
+    return backend == MOE_EP_BACKEND_MEGA && path == MOE_EP_PATH_NVFP4;
+}
 #define MOE_EP_WEIGHT_RECORD_BYTES(path, rows, K) \
     ((rows) / 256 * ((K) / 128) * ((path) == MOE_EP_PATH_NVFP4 ? 4 : (path) == MOE_EP_PATH_W4A8 ? 5 : 3) * 256 * 4)
 
@@ -216,6 +223,9 @@ typedef struct moe_ep_split_bufs {
     uint16_t *act16;          /* the fp16 register tile's layers (moe_ep_act16_on), 128-row tiles: [R*T_max*K][max(H, I)] the
                                  activation rows folded once into fp16 (fold_rows.cu), GEMM1's then
                                  GEMM2's; NULL: each tile widens its rows itself */
+    uint16_t *act16_2;        /* mega layers of NVFP4 with act16 (moe_ep_act16_2_on): [R*T_max*K][I] GEMM2's rows, folded
+                                 by GEMM1's 128-row epilogue (gemm_args.out16) instead of by fold items in
+                                 act16 once an m tile's GEMM1 tiles are done; NULL: fold items */
     uint32_t *error;          /* device error word */
     uint32_t *error_mapped;   /* host-mapped copy, written at the end of forward */
 } moe_ep_split_bufs_t;

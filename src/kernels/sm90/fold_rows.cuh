@@ -46,12 +46,8 @@ __device__ __forceinline__ void fold_chunk_nv(uint4 v, uint32_t sc, uint4 *dst)
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int u = 0; u < 4; u++) { /* elements 8 u .. 8 u + 7, block u / 2 */
-        const uint32_t h = u < 2 ? s2 & 0xFFFFu : s2 >> 16, m = h | h << 16;
-        uint32_t o[4];
-        moe_ep_e2m1_word_f16(w[u], o);
-#pragma unroll
-        for (int b = 0; b < 4; b++) o[b] = fr_hmul2(o[b], m);
-        dst[u] = make_uint4(o[0], o[1], o[2], o[3]);
+        const uint32_t h = u < 2 ? s2 & 0xFFFFu : s2 >> 16;
+        dst[u] = fold_nv_word(w[u], h | h << 16);
     }
 }
 

@@ -1398,7 +1398,9 @@ template <int FMT, int BMA>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
     fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw);
-    epilogue<BMA, FR_BN, true, true>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid, s.n0, threadIdx.x, blockDim.x);
+    /* FOLD16: NVFP4's 128-row tiles compile GEMM1's outputs folded into fp16 (g.out16: mega's) */
+    epilogue<BMA, FR_BN, true, true, true, FR_NV(FMT) && BMA == 128>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid,
+                                                                   s.n0, threadIdx.x, blockDim.x);
 }
 
 /* The item thread 0 claimed in the tile just run (g.claim_counter set); for

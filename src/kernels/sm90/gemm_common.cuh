@@ -6,6 +6,7 @@
 
 #include "kernels/gpu_common.cuh"
 #include "kernels/rows.cuh"
+#include "kernels/sm90/rs_mults.cuh" /* fold_nv_word (epilogue_chunks_of's FOLD16) */
 
 struct gemm_args {
     moe_ep_format_t a_fmt, b_fmt, out_fmt;
@@ -31,6 +32,9 @@ struct gemm_args {
                                       128-row register tile's A16 form; NULL: the tile widens a itself */
     int a16_pitch;                 /* elements a row of a16 (MOE_EP_ACT16_PITCH): one buffer for GEMM1's
                                       rows and then GEMM2's (mega: each m tile's rows in place) */
+    uint16_t *out16;               /* GEMM1 of mega's NVFP4 layers on the 128-row tile (bufs.act16_2): its outputs
+                                      folded into fp16 ([rows][N_out], fold_nv_word) for GEMM2's A16 tile, in
+                                      place of the NVFP4 codes and scales a fold item would fold; NULL: those */
 };
 
 /* Split's fold pass (fold_rows.cu): GEMM g's MX or NVFP4 rows into out ([rows_capacity][g.a16_pitch] fp16). */
@@ -45,7 +49,7 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm1_args(const moe_ep_spl
                    b.aq, b.aq_scales, d.fc2_scale, d.H, 2 * d.I, d.I, d.E, d.swiglu_limit,
                    b.expert_offset, b.tile_offset, b.error,
                    (int)moe_ep_act_scale_stride(af, d.H), moe_ep_act_scale_stride(af, d.I), b.w13_mult,
-                   d.tile_wait_ns, NULL, NULL, MOE_EP_ACT16_PITCH(d.H, d.I)};
+                   d.tile_wait_ns, NULL, NULL, MOE_EP_ACT16_PITCH(d.H, d.I), NULL};
     return g;
 }
 
@@ -57,7 +61,7 @@ __host__ __device__ __forceinline__ gemm_args moe_ep_gemm2_args(const moe_ep_spl
                    d.fc2_scale, b.y, b.y_scales, 1.0f, d.I, d.H, d.H, d.E, 0.0f,
                    b.expert_offset, b.tile_offset, b.error,
                    (int)moe_ep_act_scale_stride(af, d.I), moe_ep_row_scale_bytes(yf, d.H), b.w2_mult,
-                   d.tile_wait_ns, NULL, NULL, MOE_EP_ACT16_PITCH(d.H, d.I)};
+                   d.tile_wait_ns, NULL, NULL, MOE_EP_ACT16_PITCH(d.H, d.I), NULL};
     return g;
 }
 
@@ -129,7 +133,7 @@ __device__ __forceinline__ float swiglu_of(float g, float u, float c)
  * instructions per chunk), not by shared memory or stores.
  * Rows of 128 (GEMM1) or BN = 256 (GEMM2) output columns; nthreads % 32 == 0,
  * every thread of each warp calling. */
-template <int BM, int BN, moe_ep_format_t F, bool GLU, bool FTZ = false>
+template <int BM, int BN, moe_ep_format_t F, bool GLU, bool FTZ = false, bool FOLD16 = false>
 __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid,
                                                    int n0, int tid, int nthreads)
 {
@@ -162,6 +166,11 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
         uint8_t *d = g.out + (row0 + m) * row_bytes;
         if constexpr (F == MOE_EP_FORMAT_BF16) {
             *(uint4 *)(d + 2 * c) = e.q;
+            continue;
+        }
+        if constexpr (FOLD16) { /* NVFP4 folded (g.out16): the block's scale x 2^7 as f16, then fold_chunk_nv's values */
+            const uint32_t h = fr_hmul2(fr_e4m3x2<false>(e.scale & 0xFFu), FR_F16_2P7) & 0xFFFFu;
+            *(uint4 *)(g.out16 + (row0 + m) * g.N_out + c) = fold_nv_word(e.q.x, h | h << 16);
             continue;
         }
         if constexpr (F == MOE_EP_FORMAT_NVFP4) *(uint32_t *)(d + c / 2) = e.q.x; /* E2M1 nibbles */
@@ -211,7 +220,7 @@ __device__ __forceinline__ bool epilogue_small_tile_chunks(moe_ep_format_t f, bo
 /* epilogue_chunks for the outputs epilogue_by_chunks picks, those of
  * epilogue_small_tile_chunks (the tiles of 64 rows or fewer) and (QGLU)
  * every GEMM1 output in MXFP8 or NVFP4. */
-template <int BM, int BN, bool QGLU = false>
+template <int BM, int BN, bool QGLU = false, bool FOLD16 = false>
 __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                                 int nthreads)
 {
@@ -221,7 +230,10 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
             return;
         }
         if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_NVFP4) {
-            epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true, true>(g, C, row0, rows_valid, n0, tid, nthreads);
+            if (FOLD16 && g.out16) /* mega's 128-row NVFP4 tiles: GEMM2's rows folded here */
+                epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true, true, FOLD16>(g, C, row0, rows_valid, n0, tid, nthreads);
+            else
+                epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true, true>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
         }
     }
@@ -246,8 +258,10 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
  * QGLU: GEMM1's MXFP8 / NVFP4 outputs by chunks at any BM (epilogue_quant_glu);
  * a template argument because the tiles that never output them still compile
  * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them).
- * E2M1_SHORT: the serial path's NVFP4 / FP4-wire blocks (store_out_block's). */
-template <int BM, int BN, bool CHUNKS = false, bool QGLU = false, bool E2M1_SHORT = true>
+ * E2M1_SHORT: the serial path's NVFP4 / FP4-wire blocks (store_out_block's).
+ * FOLD16: GEMM1's NVFP4 outputs by chunks into g.out16 where that is set (a
+ * template argument for the code's sake: only the 128-row NVFP4 tiles compile it). */
+template <int BM, int BN, bool CHUNKS = false, bool QGLU = false, bool E2M1_SHORT = true, bool FOLD16 = false>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
 {
@@ -255,7 +269,7 @@ __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, i
         if (epilogue_by_chunks(g.out_fmt, g.N != g.N_out) ||
             (BM <= 64 && epilogue_small_tile_chunks(g.out_fmt, g.N != g.N_out, rows_valid, nthreads)) ||
             (QGLU && epilogue_quant_glu(g.out_fmt, g.N != g.N_out))) {
-            epilogue_chunks<BM, BN, QGLU>(g, C, row0, rows_valid, n0, tid, nthreads);
+            epilogue_chunks<BM, BN, QGLU, FOLD16>(g, C, row0, rows_valid, n0, tid, nthreads);
             return;
         }
     }

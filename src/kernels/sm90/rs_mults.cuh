@@ -64,6 +64,20 @@ __device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t w)
     return o;
 }
 
+/* NVFP4's fold of eight E2M1 codes (nibbles of w, the first lowest) of a
+ * block whose E4M3 scale x 2^7 is the f16 m (both halves): eight fp16, the
+ * values x 2^-7 (exact). The fold items' and the dispatch's (fold_chunk_nv)
+ * and mega's GEMM1 epilogue writing GEMM2's rows (epilogue_chunks_of's
+ * FOLD16): one function, so the bits agree. */
+__device__ __forceinline__ uint4 fold_nv_word(uint32_t w, uint32_t m)
+{
+    uint32_t o[4];
+    moe_ep_e2m1_word_f16(w, o);
+#pragma unroll
+    for (int b = 0; b < 4; b++) o[b] = fr_hmul2(o[b], m);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 /* NVFP4: eight E4M3 scale bytes -> eight f16 times 2^7 (exact: FR_F16_2P7)
  * into a uint16_t table, stride apart. */
 __device__ __forceinline__ void fr_store_e4m3x8(uint16_t *out, int stride, uint2 v)
