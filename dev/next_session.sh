@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the fifty-ninth session: the pipelined A16 tile measured, item 0; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# Device plan (as of the sixtieth session: item 0; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
 # too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
 # docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
 # `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
@@ -15,14 +15,16 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 0. (fifty-ninth session) The A16 tile as one pipeline over a block's tiles: the lab
-#    (dev/wgmma_lab/rs_pipe.cu) -13-15 % against mega's tile form, but as mega item runs
-#    (dev/drafts/mega_nv_runs.patch; `git apply`, then -DMOE_EP_MEGA_NV_RUNS=1 turns them on) mega
-#    fwd +1.5-5 %. Next: (a) a MOE_EP_MEGA_TRACE build with the patch on: where the run's time goes
-#    against the item loop's (dev/trace_items.sh, nvfp4 flash 512 / 8192); (b) the patch's last-tile
-#    help spills 40 bytes in mega (the consumers' inlined epilogue): the epilogue a __noinline__
-#    call there, or without the help; (c) split's NVFP4 GEMMs could take the lab's kernel as is
-#    (its persistent grid is the lab's: -4-7 % GEMM1, -1-3 % GEMM2 there).
+# 0. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
+#    than the lab's rendition of it; two run forms lost 2-8 %: dev/drafts/mega_nv_runs.patch). Merged
+#    instead: NVFP4's GEMM1 epilogue writes GEMM2's fp16 rows (no fold items between the GEMMs, ae22968).
+#    Next: GEMM1 gathering its A16 rows by token (docs/design.md, sixtieth session: the dispatch folds
+#    each token once, the 128-row tile's producer warps 1-2 copy each stage by cp.async into the
+#    swizzled layout); first in the kernel lab (dev/wgmma_lab/rs_tile.cu's A16 tile, A stages gathered
+#    against TMA), then mega. Trace builds: `cmake -S . -B B -DMOE_EP_MEGA_TRACE=ON
+#    -DMOE_EP_PTXAS_GUARD=OFF`; dev/trace_items.sh (TRACE_BIN) and dev/trace_items.py.
+#    FP8-BLOCK's GEMM2 rows could come from GEMM1's epilogue too (E4M3 widened alone) once its 128-row
+#    mega instance does not spill with it (8 bytes with epilogue_chunks_of's FOLD16 for FP8-BLOCK).
 # 0a. (done in the fifty-eighth session: FP8-BLOCK's paired 16-row decode tile in mega's A16 form, no
 #    gain at T = 8; dev/drafts/a16_decode_fp8_block.patch. Mega's fold items in quarters: no gain.)
 # 0b. (done in the fifty-eighth session: MXFP8 at T = 512 in a mixed form, GEMM1 on folded rows and
