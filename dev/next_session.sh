@@ -18,10 +18,10 @@
 # 0. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
 #    than the lab's rendition of it; two run forms lost 2-8 %: dev/drafts/mega_nv_runs.patch). Merged
 #    instead: NVFP4's GEMM1 epilogue writes GEMM2's fp16 rows (no fold items between the GEMMs, ae22968).
-#    Next: GEMM1 gathering its A16 rows by token (docs/design.md, sixtieth session: the dispatch folds
-#    each token once, the 128-row tile's producer warps 1-2 copy each stage by cp.async into the
-#    swizzled layout); first in the kernel lab (dev/wgmma_lab/rs_tile.cu's A16 tile, A stages gathered
-#    against TMA), then mega. Trace builds: `cmake -S . -B B -DMOE_EP_MEGA_TRACE=ON
+#    GEMM1 gathering its A16 rows by token by cp.async (dev/drafts/mega_a16_gather.patch): bit-exact,
+#    +9-13 % slower; not merged. What is left of the dispatch (~5 % at T = 8192) and the combine's
+#    tail (~4 %) needs them beside the GEMMs (design.md, fifty-third session's token-ordered rows).
+#    Trace builds: `cmake -S . -B B -DMOE_EP_MEGA_TRACE=ON
 #    -DMOE_EP_PTXAS_GUARD=OFF`; dev/trace_items.sh (TRACE_BIN) and dev/trace_items.py.
 #    FP8-BLOCK's GEMM2 rows could come from GEMM1's epilogue too (E4M3 widened alone) once its 128-row
 #    mega instance does not spill with it (8 bytes with epilogue_chunks_of's FOLD16 for FP8-BLOCK).
