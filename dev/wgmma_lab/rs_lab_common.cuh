@@ -6,6 +6,7 @@
 #define MOE_EP_RS_LAB_COMMON_CUH
 
 #include <stdarg.h>
+#include <vector>
 
 extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int line, const char *fmt, ...)
 {
@@ -44,6 +45,27 @@ static void *dev_alloc(size_t n)
     void *p;
     CHECK(cudaMalloc(&p, n < 16 ? 16 : n));
     return p;
+}
+
+/* E experts of rows_per_expert rows each in tiles of tile_rows: their row and
+ * tile offsets and a zeroed error word, on the device, into g (freed by
+ * lab_layout_free). */
+static void lab_layout(gemm_args &g, int E, int rows_per_expert, int tile_rows)
+{
+    std::vector<int32_t> eo(E + 1), to(E + 1);
+    for (int e = 0; e <= E; e++) eo[e] = e * rows_per_expert, to[e] = e * ((rows_per_expert + tile_rows - 1) / tile_rows);
+    int32_t *d_eo = (int32_t *)dev_alloc((E + 1) * 4), *d_to = (int32_t *)dev_alloc((E + 1) * 4);
+    CHECK(cudaMemcpy(d_eo, eo.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_to, to.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+    g.expert_offset = d_eo, g.tile_offset = d_to;
+    uint32_t *err = (uint32_t *)dev_alloc(4);
+    CHECK(cudaMemset(err, 0, 4));
+    g.error = err;
+}
+
+static void lab_layout_free(const gemm_args &g)
+{
+    cudaFree((void *)g.expert_offset), cudaFree((void *)g.tile_offset), cudaFree((void *)g.error);
 }
 
 #endif

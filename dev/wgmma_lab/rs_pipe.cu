@@ -134,8 +134,6 @@ static void run_case(const char *name, int E, int rows_per_expert, int K, int N,
     const moe_ep_format_t NV = MOE_EP_FORMAT_NVFP4, out_fmt = GLU ? NV : MOE_EP_FORMAT_BF16;
     const int N_out = GLU ? N / 2 : N;
     const int64_t rows = (int64_t)E * rows_per_expert;
-    std::vector<int32_t> eo(E + 1), to(E + 1);
-    for (int e = 0; e <= E; e++) eo[e] = e * rows_per_expert, to[e] = e * ((rows_per_expert + 127) / 128);
     gemm_args g;
     memset(&g, 0, sizeof g);
     g.a_fmt = NV, g.b_fmt = NV, g.out_fmt = out_fmt;
@@ -160,13 +158,7 @@ static void run_case(const char *name, int E, int rows_per_expert, int K, int N,
     const size_t out_bytes = moe_ep_row_data_bytes(out_fmt, N_out) * rows, osc_bytes = g.out_scale_stride * rows + 16;
     g.out = (uint8_t *)dev_alloc(out_bytes);
     g.out_scales = (uint8_t *)dev_alloc(osc_bytes);
-    int32_t *d_eo = (int32_t *)dev_alloc((E + 1) * 4), *d_to = (int32_t *)dev_alloc((E + 1) * 4);
-    CHECK(cudaMemcpy(d_eo, eo.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_to, to.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
-    g.expert_offset = d_eo, g.tile_offset = d_to;
-    uint32_t *err = (uint32_t *)dev_alloc(4);
-    CHECK(cudaMemset(err, 0, 4));
-    g.error = err;
+    lab_layout(g, E, rows_per_expert, 128);
     CUtensorMap ta, tb;
     if (fr_make_maps<128>(g, rows, &ta, &tb) != MOE_EP_SUCCESS) exit(1);
 
@@ -182,7 +174,7 @@ static void run_case(const char *name, int E, int rows_per_expert, int K, int N,
         CHECK(cudaMemcpy(h.data(), g.out, out_bytes, cudaMemcpyDeviceToHost));
         CHECK(cudaMemcpy(h.data() + out_bytes, g.out_scales, osc_bytes, cudaMemcpyDeviceToHost));
         uint32_t e;
-        CHECK(cudaMemcpy(&e, err, 4, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&e, g.error, 4, cudaMemcpyDeviceToHost));
         if (e) printf("%s: device error word %08x\n", name, e);
     };
     auto poison = [&]() {
@@ -212,7 +204,7 @@ static void run_case(const char *name, int E, int rows_per_expert, int K, int N,
            t_pipe / t_base, t_pipe / t_mega, diff ? "DIFFER" : "same", diff, diff ? (ssize_t)first : (ssize_t)-1,
            ref.size());
     cudaFree(b), cudaFree(bs), cudaFree(gs), cudaFree((void *)g.b_mult), cudaFree((void *)g.a), cudaFree(a16);
-    cudaFree(g.out), cudaFree(g.out_scales), cudaFree(d_eo), cudaFree(d_to), cudaFree(err);
+    cudaFree(g.out), cudaFree(g.out_scales), lab_layout_free(g);
 }
 
 int main(void)

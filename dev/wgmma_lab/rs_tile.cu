@@ -139,8 +139,6 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
 {
     const int K = c.K, N = c.N, N_out = c.glu ? N / 2 : N;
     const int64_t rows = (int64_t)E * rows_per_expert;
-    std::vector<int32_t> eo(E + 1), to(E + 1);
-    for (int e = 0; e <= E; e++) eo[e] = e * rows_per_expert, to[e] = e * ((rows_per_expert + BMA - 1) / BMA);
     gemm_args g;
     memset(&g, 0, sizeof g);
     g.a_fmt = c.a_fmt, g.b_fmt = c.b_fmt, g.out_fmt = c.out_fmt;
@@ -167,13 +165,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     }
     g.out = (uint8_t *)dev_alloc(moe_ep_row_data_bytes(c.out_fmt, N_out) * rows);
     g.out_scales = (uint8_t *)dev_alloc(g.out_scale_stride * rows + 16);
-    int32_t *d_eo = (int32_t *)dev_alloc((E + 1) * 4), *d_to = (int32_t *)dev_alloc((E + 1) * 4);
-    CHECK(cudaMemcpy(d_eo, eo.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_to, to.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
-    g.expert_offset = d_eo, g.tile_offset = d_to;
-    uint32_t *err = (uint32_t *)dev_alloc(4);
-    CHECK(cudaMemset(err, 0, 4));
-    g.error = err;
+    lab_layout(g, E, rows_per_expert, BMA);
 
     if (LAB_A16(FMT, BMA, CT)) { /* the fp16 rows (fr_make_maps maps them) */
         uint8_t *a16 = (uint8_t *)dev_alloc(rows * K * 2);
@@ -237,7 +229,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     printf("%-34s producer per tile (thread 32): stage waits %6.0f, scales + barrier %6.0f, widening %6.0f\n", c.name,
            per_tile(9, 8), per_tile(14, 9), per_tile(15, 14));
     cudaFree(a), cudaFree(b), cudaFree(as), cudaFree(bs), cudaFree(gs), cudaFree(g.out), cudaFree(g.out_scales);
-    cudaFree(d_eo), cudaFree(d_to), cudaFree(err), cudaFree(sum), cudaFree(cnt);
+    lab_layout_free(g), cudaFree(sum), cudaFree(cnt);
 }
 
 int main(void)
