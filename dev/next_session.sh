@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the sixtieth session: item 0; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# Device plan (as of the sixty-first session: item 0; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
 # too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
 # docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
 # `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
@@ -15,7 +15,17 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 0. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
+# 0. (sixty-first session) The lead with a number: bandwidth-bound items on a few blocks beside the
+#    GEMMs. dev/wgmma_lab/write_lab.cu: the dispatch's shape streams 62 GB/s a block on 16 blocks, 20
+#    on all 132 (docs/benchmarks.md, first section), so the dispatch (~211 us x 132 blocks at flash
+#    8192) and the combine's tail would cost ~3x fewer block-us run by ~16 blocks while the rest run
+#    GEMM tiles: ~3 % each at T >= 2048 (design.md, sixty-first session). Needs the fifty-third
+#    session's rows in token order and readiness per m tile (dev/drafts/mega_token_order.patch, stale:
+#    rebuild on main) and a claim order with a few dispatch / combine items between many GEMM items.
+#    Build it on the CI machine first (model the item order in Python as dev/mega_order_model.py did),
+#    then one device call: the GPU suite and `scripts/ab.sh 2` at T = 2048 / 8192.
+#    (Measured and not merged: the dispatch's stores left in flight, dev/drafts/mega_dispatch_stores_in_flight.patch.)
+# 0z. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
 #    than the lab's rendition of it; two run forms lost 2-8 %: dev/drafts/mega_nv_runs.patch). Merged
 #    instead: NVFP4's GEMM1 epilogue writes GEMM2's fp16 rows (no fold items between the GEMMs, ae22968).
 #    GEMM1 gathering its A16 rows by token by cp.async (dev/drafts/mega_a16_gather.patch): bit-exact,
