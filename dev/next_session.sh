@@ -25,9 +25,11 @@
 #    Build it on the CI machine first (model the item order in Python as dev/mega_order_model.py did),
 #    then one device call: the GPU suite and `scripts/ab.sh 2` at T = 2048 / 8192.
 #    (Measured and not merged: the dispatch's stores left in flight, dev/drafts/mega_dispatch_stores_in_flight.patch;
-#    NVFP4's rows pulled per m tile through the dispatch's batch loop, +29-43 % at T >= 2048,
-#    dev/drafts/mega_nvfp4_pull_items.patch: its item order and counters are right (suite passed), its
-#    pull loop is not: a warp a row with no block barriers, lab-timed first against write_lab's 60 GB/s a block.)
+#    NVFP4's rows pulled per m tile, dev/drafts/mega_nvfp4_pull_items.patch (its final form: a warp a
+#    row, encode and fold in registers): suite passed, +4-10 % at T >= 2048 (through the dispatch's
+#    batch loop: +29-43 %). Its item order (pull_region_item) and counters are right; what it pays is
+#    each row's encode (K x a token's). Next: the dispatch encodes each token once into a
+#    token-indexed NVFP4 code row, the pull items only fold rows from it (fold_nv_word), then the A / B.)
 # 0z. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
 #    than the lab's rendition of it; two run forms lost 2-8 %: dev/drafts/mega_nv_runs.patch). Merged
 #    instead: NVFP4's GEMM1 epilogue writes GEMM2's fp16 rows (no fold items between the GEMMs, ae22968).
