@@ -28,8 +28,13 @@
 #    NVFP4's rows pulled per m tile, dev/drafts/mega_nvfp4_pull_items.patch (its final form: a warp a
 #    row, encode and fold in registers): suite passed, +4-10 % at T >= 2048 (through the dispatch's
 #    batch loop: +29-43 %). Its item order (pull_region_item) and counters are right; what it pays is
-#    each row's encode (K x a token's). Next: the dispatch encodes each token once into a
-#    token-indexed NVFP4 code row, the pull items only fold rows from it (fold_nv_word), then the A / B.)
+#    each row's encode (K x a token's), by a model that predicted -1-2 % and missed by ~6 %. So first
+#    trace it: `git apply dev/drafts/mega_nvfp4_pull_items.patch` in a worktree, `cmake -S . -B B
+#    -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF`, the tool, then
+#    `TRACE_BIN=B/tools/moe_ep dev/trace_items.sh nvfp4:ds-v4-flash:8192` against main's trace: the pull
+#    items' length (kind FOLD), GEMM1's waits (its claim to tile), GEMM1's tile length beside them.
+#    Then: the dispatch encodes each token once into a token-indexed NVFP4 code row, the pull items only
+#    fold rows from it (fold_nv_word), then the A / B.)
 # 0z. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
 #    than the lab's rendition of it; two run forms lost 2-8 %: dev/drafts/mega_nv_runs.patch). Merged
 #    instead: NVFP4's GEMM1 epilogue writes GEMM2's fp16 rows (no fold items between the GEMMs, ae22968).
