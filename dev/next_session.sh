@@ -31,7 +31,9 @@
 #    each row's encode (K x a token's), by a model that predicted -1-2 % and missed by ~6 %. So first
 #    trace it: `git apply dev/drafts/mega_nvfp4_pull_items.patch` in a worktree, `cmake -S . -B B
 #    -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF`, the tool, then
-#    `TRACE_BIN=B/tools/moe_ep dev/trace_items.sh nvfp4:ds-v4-flash:8192` against main's trace: the pull
+#    `TRACE_BIN=B/tools/moe_ep dev/trace_items.sh nvfp4:ds-v4-flash:8192` against main's trace (both
+#    built on the CI machine in the sixty-first session: `bash build-x62/run1.sh`, carry build-x62,
+#    ~1-2 min, if build-x62 is still there): the pull
 #    items' length (kind FOLD), GEMM1's waits (its claim to tile), GEMM1's tile length beside them.
 #    Then: the dispatch encodes each token once into a token-indexed NVFP4 code row, the pull items only
 #    fold rows from it (fold_nv_word), then the A / B.)
