@@ -35,8 +35,11 @@
 #    built on the CI machine in the sixty-first session: `bash build-x62/run1.sh`, carry build-x62,
 #    ~1-2 min, if build-x62 is still there): the pull
 #    items' length (kind FOLD), GEMM1's waits (its claim to tile), GEMM1's tile length beside them.
-#    Then: the dispatch encodes each token once into a token-indexed NVFP4 code row, the pull items only
-#    fold rows from it (fold_nv_word), then the A / B.)
+#    Then that next form, built in the sixty-first session, ptxas-clean, not run:
+#    dev/drafts/mega_nvfp4_pull_items_tokrows.patch (the dispatch stores each token's codes once at its
+#    token row, the pull items are fold items reading through a.row_slot): `bash build-x62/run2.sh`
+#    (carry build-x62, 55 MB: its mega tests, then the paired A / B; ~2-3 min). run1 and run2 fit one
+#    call: `bash build-x62/run1.sh; bash build-x62/run2.sh`.)
 # 0z. (sixtieth session) The pipelined A16 tile's lead is closed (mega's own item tile was 9 % faster
 #    than the lab's rendition of it; two run forms lost 2-8 %: dev/drafts/mega_nv_runs.patch). Merged
 #    instead: NVFP4's GEMM1 epilogue writes GEMM2's fp16 rows (no fold items between the GEMMs, ae22968).
