@@ -6,7 +6,6 @@
 #define MOE_EP_RS_LAB_COMMON_CUH
 
 #include <stdarg.h>
-#include <vector>
 
 extern "C" moe_ep_status_t moe_ep_fail_at(moe_ep_status_t status, const char *file, int line, const char *fmt, ...)
 {
@@ -52,11 +51,16 @@ static void *dev_alloc(size_t n)
  * lab_layout_free). */
 static void lab_layout(gemm_args &g, int E, int rows_per_expert, int tile_rows)
 {
-    std::vector<int32_t> eo(E + 1), to(E + 1);
+    int32_t *eo = (int32_t *)malloc(2 * (E + 1) * sizeof(int32_t)), *to = eo + E + 1; /* host: row, then tile offsets */
+    if (!eo) {
+        printf("lab_layout: out of host memory\n");
+        exit(1);
+    }
     for (int e = 0; e <= E; e++) eo[e] = e * rows_per_expert, to[e] = e * ((rows_per_expert + tile_rows - 1) / tile_rows);
     int32_t *d_eo = (int32_t *)dev_alloc((E + 1) * 4), *d_to = (int32_t *)dev_alloc((E + 1) * 4);
-    CHECK(cudaMemcpy(d_eo, eo.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_to, to.data(), (E + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_eo, eo, (E + 1) * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_to, to, (E + 1) * 4, cudaMemcpyHostToDevice));
+    free(eo);
     g.expert_offset = d_eo, g.tile_offset = d_to;
     uint32_t *err = (uint32_t *)dev_alloc(4);
     CHECK(cudaMemset(err, 0, 4));
