@@ -138,9 +138,12 @@ static void test_against_float64(uint64_t *rng)
             moe_ep_status_t st = fixture_run(&f, 2, (moe_ep_path_t)p, (moe_ep_wire_t)w, out);
             EXPECT(st == MOE_EP_SUCCESS, "path %d wire %d: %s", p, w, moe_ep_last_error());
             naive_layer(&f, (moe_ep_path_t)p, (moe_ep_wire_t)w, want);
-            /* bf16 output rounding alone is ~2e-3; where activations are quantized, a value
-             * near a rounding boundary can round the other way in fp32 vs float64. */
-            double tol = p == MOE_EP_PATH_BF16 ? 4e-3 : p == MOE_EP_PATH_NVFP4 ? 2e-2 : 1e-2;
+            /* bf16 output rounding alone is ~2e-3; where activations or the combine wire are
+             * quantized, a value near a rounding boundary can round the other way in fp32 vs
+             * float64, and one FP4 wire element that does moves rel L2 by ~5e-3 at 8 tokens. */
+            double tol_path = p == MOE_EP_PATH_BF16 ? 4e-3 : p == MOE_EP_PATH_NVFP4 ? 2e-2 : 1e-2;
+            double tol_wire = w == MOE_EP_WIRE_FP4 ? 2e-2 : w == MOE_EP_WIRE_MXFP8 ? 1e-2 : 0;
+            double tol = tol_path > tol_wire ? tol_path : tol_wire;
             double err = rel_l2(out, want, n);
             EXPECT(err < tol, "path %s wire %s: rel L2 %.3g vs float64", moe_ep_path_name(p),
                    moe_ep_wire_name(w), err);
