@@ -5,12 +5,12 @@
 # between CUDA events as the bench times it (what lies outside the kernel's blocks).
 #   dev/trace_items.sh [path:geometry:T ...]     default: mxfp8, fp8_block and w4a8 at flash 8
 # Needs build-carry/moe_ep_T.gz (a -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF build of the tool), or
-# TRACE_BIN=DIR/NAME (DIR/NAME.gz, another trace build; its dumps named NAME_path_geometry_T);
+# TRACE_BIN=DIR/NAME (DIR/NAME.gz or .xz, another trace build; its dumps named NAME_path_geometry_T);
 # BENCH_EXTRA: more bench arguments (e.g. "--ranks 8": the emulated group).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 bin=${TRACE_BIN:-build-carry/moe_ep_T}; tag=$(basename "$bin")
-gunzip -kf "$bin.gz"; chmod +x "$bin"
+. "$(dirname "$0")/../scripts/carried.sh"; carried "$bin" || { echo "no $bin(.gz|.xz)"; exit 1; }
 cells=${*:-mxfp8:ds-v4-flash:8 fp8_block:ds-v4-flash:8 w4a8:ds-v4-flash:8}
 for c in $cells; do
   IFS=: read -r path geo T <<< "$c"

@@ -10,13 +10,14 @@
 #   only binaries from one compiler, and only binaries whose bench times
 #   cells alike: before 643bc29 a cell had no sustained warm-up, so its
 #   short cells ran partly at the clocks of an idle GPU, 0-13 % faster
-#   than since). SRC.gz alone is unpacked first.
+#   than since). SRC.gz (or SRC.xz) alone is unpacked first.
 #   Another commit, carried to the machine:
 #   git archive REF | tar -x -C build-carry/a   (run with carry build-carry)
 # AB_CMAKE_A, AB_CMAKE_B, ...: extra cmake arguments of each build, for
 #   variants of one tree (e.g. AB_CMAKE_B=-DCMAKE_CUDA_FLAGS=-DSOME_SWITCH=0).
 # Writes $OUT/rN_X.md; prints scripts/bench_compare.py's table last.
 set -uo pipefail
+. "$(dirname "$0")/carried.sh"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 usage() { sed -n '2,18p' "$0"; exit 2; }
@@ -33,8 +34,8 @@ out=${OUT:-/tmp/moe_ep_out}; mkdir -p "$out"
 jobs=$(( $(nproc) / ${#srcs[@]} )); [ $jobs -ge 1 ] || jobs=1
 
 build() { # label, source
-  if [ ! -e "$2" ] && [ -f "$2.gz" ]; then # carried gzipped (the device's carry limit): unpack it first
-    gunzip -kf "$2.gz" && chmod +x "$2" || return 1
+  if [ ! -e "$2" ] && [ -f "$2.gz" -o -f "$2.xz" ]; then # carried compressed (the device's carry limit): unpack it first
+    carried "$2" || return 1
   fi
   if [ -f "$2" ] && [ -x "$2" ]; then # a moe_ep binary built elsewhere: no build here
     mkdir -p "build-ab-$1/tools" && cp "$2" "build-ab-$1/tools/moe_ep"
