@@ -15,7 +15,21 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 0. (sixty-first session) The lead with a number: bandwidth-bound items on a few blocks beside the
+# 0. (sixty-third session) The fold's per-block rate. P3 (dev/drafts/mega_nvfp4_pull_items_tokrows.patch,
+#    now with the copies a row a lane: P3b) passed the whole GPU suite but lost 2.5-6 % at T >= 2048: its
+#    pull items took ~99 us an m tile (4x the model), waiting 0.35 us on their copies: the fold's own
+#    rate (~13 GB/s a block, as the sixtieth session's fold items with every block folding).
+#    dev/drafts/fold_nv_lane_words.patch (a lane a 16-byte fp16 word: contiguous 512-byte warp stores, no
+#    bank conflicts into the dispatch's shared staging) is built, not run. The call (carry build-x68,
+#    built on the CI machine in the sixty-third session if still there; ~5 min):
+#    `bash build-x68/run.sh`: test_split (split and mega) of F (main + the fold patch) and of P3c (P3b +
+#    the fold patch), `scripts/ab.sh 2 A F P3c` at NVFP4 flash / pro T = 512 / 2048 / 8192, P3c's item
+#    trace at flash 8192 (the pull items' run time: ~22 us an m tile is what P3 needs to gain ~2 %).
+#    Rebuild (if build-x68 is gone): worktrees of main, `git apply` the patch(es), cmake Release builds of
+#    moe_ep_tool and test_split (and a -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF tool of P3c), xz -6
+#    each into build-x68 with main's tool as moe_ep_A.xz. If F wins alone: merge it (the GPU suite first);
+#    if P3c wins: merge P3b + F, the whole suite (dev/gpu_suite_carried.sh) and issue #4's NVFP4 table.
+# 0y. (sixty-first session) The lead with a number: bandwidth-bound items on a few blocks beside the
 #    GEMMs. dev/wgmma_lab/write_lab.cu: the dispatch's shape streams 62 GB/s a block on 16 blocks, 20
 #    on all 132 (docs/benchmarks.md, first section), so the dispatch (~211 us x 132 blocks at flash
 #    8192) and the combine's tail would cost ~3x fewer block-us run by ~16 blocks while the rest run
