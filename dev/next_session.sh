@@ -29,6 +29,9 @@
 #    moe_ep_tool and test_split (and a -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF tool of P3c), xz -6
 #    each into build-x68 with main's tool as moe_ep_A.xz. If F wins alone: merge it (the GPU suite first);
 #    if P3c wins: merge P3b + F, the whole suite (dev/gpu_suite_carried.sh) and issue #4's NVFP4 table.
+#    If F wins, dev/drafts/fold_lane_words.patch is its form for every fold kind (MX, E4M3 too: the MXFP8,
+#    W4A8 and FP8-BLOCK dispatch folds; `scripts/ptxas_mega.sh full --Werror=all-warnings`: no spill in any
+#    instance; not run): its suite, then `scripts/ab.sh 2` at mxfp8, w4a8, fp8_block T = 512 / 8192.
 # 0y. (sixty-first session) The lead with a number: bandwidth-bound items on a few blocks beside the
 #    GEMMs. dev/wgmma_lab/write_lab.cu: the dispatch's shape streams 62 GB/s a block on 16 blocks, 20
 #    on all 132 (docs/benchmarks.md, first section), so the dispatch (~211 us x 132 blocks at flash
