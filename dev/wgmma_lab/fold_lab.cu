@@ -4,7 +4,7 @@
  * a block with ~13 blocks folding, while write_lab.cu's dispatch shape stores
  * 62 GB/s a block on 16 blocks. Which part binds the fold: its stores' shape,
  * its conversion, or its loop's latency?
- *   chunk:   main's fold_staged_rows<FOLD_NV> (a lane a 16-byte chunk of 32 E2M1,
+ *   chunk:   main's fold_staged_rows<FOLD_NV> before 2026-12-06 (a lane a 16-byte chunk of 32 E2M1,
  *            four 16-byte stores 64 bytes apart a lane)
  *   word:    dev/drafts/fold_nv_lane_words.patch's (a lane a 16-byte fp16 word,
  *            a warp's store 512 contiguous bytes), loop rolled
@@ -16,6 +16,13 @@
  * once, then folds the stage `reps` times into distinct output rows, a
  * __syncthreads between passes as fold_item has. GB/s a block: fp16 bytes
  * written over the kernel's time; blocks 1, 16, 132.
+ * H100 (2026-12-06, GB/s a block at 1 / 16 / 132 blocks, K = 4096; 7168 alike):
+ *   chunk 20.2 / 19.2 / 9.6, word 52.2 / 48.6 / 22.6, word u4 50.0 / 46.1 / 22.5,
+ *   st word 53.7 / 49.9 / 22.6, st chunk 20.2 / 19.1 / 7.0, cvt 61.2 / 56.6 / 56.3:
+ *   the chunk form is bound by its stores' shape; the word form by the stores
+ *   themselves (alone as fast), at 132 blocks by HBM (~3.0 TB/s). (That run's
+ *   "DIFFERS" was the lab's chunk form passing one scale byte for a chunk's two
+ *   k16 blocks; fixed since, not rerun.)
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
  *        fold_lab.cu -o fold_lab && ./fold_lab */
 #include "kernels/sm90/fold_rows.cuh"
@@ -39,8 +46,16 @@ __device__ __forceinline__ uint32_t fold_pass(const uint8_t *data, const uint8_t
         const uint8_t *row = data + (size_t)j * (K / 2), *sc = scales + (size_t)j * (K / 16);
         uint4 *dst = (uint4 *)(out + (size_t)j * K);
         if constexpr (V == V_CHUNK) {
-            for (int ch = lane; ch < K / 32; ch += 32)
-                fold_chunk_of<FOLD_NV>(ld_shared_v4(smem_u32(row + 16 * ch)), 0u, sc[ch / 2], dst + 4 * ch);
+            for (int ch = lane; ch < K / 32; ch += 32) { /* the chunk form (main before 2026-12-06) */
+                const uint4 v = ld_shared_v4(smem_u32(row + 16 * ch));
+                const uint32_t s2 = fr_hmul2(fr_e4m3x2<false>(*(const uint16_t *)(sc + 2 * ch)), FR_F16_2P7);
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int u = 0; u < 4; u++) { /* elements 8 u .. 8 u + 7, k16 block u / 2 */
+                    const uint32_t h = u < 2 ? s2 & 0xFFFFu : s2 >> 16;
+                    dst[4 * ch + u] = fold_nv_word(w[u], h | h << 16);
+                }
+            }
         } else if constexpr (V == V_WORD || V == V_CVT) {
 #pragma unroll 1
             for (int o = lane; o < K / 8; o += 32) {
