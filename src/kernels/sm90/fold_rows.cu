@@ -1,6 +1,6 @@
 /* Split's fold pass: every row of a GEMM's MX, NVFP4 or FP8-BLOCK activations into fp16
  * (fold_rows.cuh), before the GEMM's 128-row register tiles take them by TMA.
- * A warp a row, four 16-byte loads a lane in flight; rows [0,
+ * A warp a row, a lane a 16-byte fp16 word (fold_word_cvt), four words' loads in flight; rows [0,
  * expert_offset[E]) (the count is on the device: no host synchronisation). */
 #include "kernels/sm90/fold_rows.cuh"
 
@@ -12,7 +12,7 @@ template <int KIND>
 __global__ void __launch_bounds__(32 * FOLD_WARPS) fold_rows(gemm_args g, uint16_t *out)
 {
     if (moe_ep_dev_failed(g.error)) return;
-    const int lane = threadIdx.x % 32, words = g.K / 128, chunks = FOLD_CHUNKS(KIND, g.K); /* scale words (4 bytes) */
+    const int lane = threadIdx.x % 32, words = g.K / 128; /* scale words (4 bytes) */
     const int64_t rows = g.expert_offset[g.E];
     for (int64_t r = blockIdx.x * FOLD_WARPS + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * FOLD_WARPS) {
         const uint8_t *sc = g.a_scales + r * g.a_scale_stride;
@@ -22,22 +22,16 @@ __global__ void __launch_bounds__(32 * FOLD_WARPS) fold_rows(gemm_args g, uint16
             for (int i = lane; i < words; i += 32) m = __vmaxu4(m, __ldg((const unsigned int *)sc + i));
             ref = fold_row_ref(m);
         }
-        const uint4 *src = (const uint4 *)(g.a + r * FOLD_ROW_BYTES(KIND, g.K));
+        const uint8_t *src = g.a + r * FOLD_ROW_BYTES(KIND, g.K);
         uint4 *dst = (uint4 *)(out + r * g.a16_pitch);
-        for (int c0 = lane; c0 < chunks; c0 += 4 * 32) {
-            uint4 v[4];
-            uint32_t b[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int c = c0 + 32 * j;
-                if (c < chunks)
-                    v[j] = __ldg(src + c), b[j] = KIND == FOLD_NV   ? __ldg((const uint16_t *)sc + c)
-                                                : KIND == FOLD_MX ? __ldg(sc + c / 2)
-                                                                  : 0u;
-            }
+        for (int o0 = lane; o0 < g.K / 8; o0 += 4 * 32) { /* fp16 words o0, o0 + 32, ..: four words' loads in flight */
+            fold_word_src v[4];
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                if (c0 + 32 * j < chunks) fold_chunk_of<KIND>(v[j], ref, b[j], dst + FOLD_CHUNK_OUT(KIND) * (c0 + 32 * j));
+                if (o0 + 32 * j < g.K / 8) v[j] = fold_word_load<KIND>(src, sc, o0 + 32 * j);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (o0 + 32 * j < g.K / 8) dst[o0 + 32 * j] = fold_word_cvt<KIND>(v[j], ref);
         }
     }
 }

@@ -12,10 +12,11 @@
  *   FP8-BLOCK: out[r][k] = e4m3(a[r][k])   (its fp32 scales per 128 stay with the tile's promotion)
  *
  * MX: ref_r = the row's largest UE8M0 byte (fr_mx_ref), b the k32 block's: the
- * very instructions fr_widen_rows runs on a stage (e4m3x16_to_f16, then
- * fr_mult_chunks by fr_mx_mult), so the tile's sums keep their bits. NVFP4:
+ * conversions and multipliers fr_widen_rows runs on a stage (cvt e4m3x2 to
+ * f16x2, then times fr_mx_mult), so the tile's sums keep their bits. NVFP4:
  * fr_widen_nv_chunk's (moe_ep_e2m1_word_f16's bits, value x 2^-14, times the
- * scale x 2^7 as fr_store_e4m3x8 stages it); exact in fp16 either way. */
+ * scale x 2^7 as fr_store_e4m3x8 stages it); exact in fp16 either way. A lane
+ * folds a 16-byte fp16 word (fold_word_cvt). */
 #ifndef MOE_EP_FOLD_ROWS_CUH
 #define MOE_EP_FOLD_ROWS_CUH
 
@@ -29,28 +30,6 @@ __device__ __forceinline__ uint32_t fold_row_ref(uint32_t m)
     return fr_mx_ref(m);
 }
 
-/* 16 E4M3 of k32 block scale byte b -> 16 fp16 at dst (two 16-byte chunks). */
-__device__ __forceinline__ void fold_chunk(uint4 v, uint32_t ref, uint32_t b, uint4 *dst)
-{
-    uint4 lo, hi;
-    e4m3x16_to_f16(v, lo, hi);
-    fr_mult_chunks(lo, hi, fr_mx_mult(ref, b));
-    dst[0] = lo, dst[1] = hi;
-}
-
-/* NVFP4: 32 E2M1 (16 bytes) of k16 blocks with E4M3 scale bytes sc (block
- * 2 c in the low byte, 2 c + 1 above) -> 32 fp16 at dst (four 16-byte chunks). */
-__device__ __forceinline__ void fold_chunk_nv(uint4 v, uint32_t sc, uint4 *dst)
-{
-    const uint32_t s2 = fr_hmul2(fr_e4m3x2<false>(sc), FR_F16_2P7); /* both blocks' scales x 2^7, f16x2 */
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int u = 0; u < 4; u++) { /* elements 8 u .. 8 u + 7, block u / 2 */
-        const uint32_t h = u < 2 ? s2 & 0xFFFFu : s2 >> 16;
-        dst[u] = fold_nv_word(w[u], h | h << 16);
-    }
-}
-
 /* What a fold does to a format's rows (fold_kind_of): MX (MXFP8 activations: MXFP8, W4A8), NVFP4, or
  * E4M3 widened alone (FP8-BLOCK). */
 #define FOLD_MX 0
@@ -61,25 +40,43 @@ __host__ __device__ constexpr int fold_kind_of(int fmt)
     return fmt == MOE_EP_FORMAT_NVFP4 ? FOLD_NV : fmt == MOE_EP_FORMAT_FP8_BLOCK ? FOLD_E4M3 : FOLD_MX;
 }
 
-/* A row of K elements: its data bytes (E4M3 K, NVFP4's E2M1 K / 2), its 16-byte data chunks, and the
- * 16-byte fp16 chunks each gives (NVFP4 4: 32 elements; E4M3 2: 16). */
+/* A row of K elements' data bytes: E4M3 K, NVFP4's E2M1 K / 2. */
 #define FOLD_ROW_BYTES(KIND, K) ((KIND) == FOLD_NV ? (K) / 2 : (K))
-#define FOLD_CHUNKS(KIND, K) ((KIND) == FOLD_NV ? (K) / 32 : (K) / 16)
-#define FOLD_CHUNK_OUT(KIND) ((KIND) == FOLD_NV ? 4 : 2)
 
-/* Data chunk v of a row into fp16 at dst: MX times 2^-(ref - sc) (sc: its k32 block's UE8M0 byte);
- * NVFP4 with its two k16 blocks' E4M3 bytes sc; E4M3 widened alone. */
+/* A row's codes and scale byte for fp16 word o (elements 8 o .. 8 o
+ * + 7): NVFP4 a 4-byte word of E2M1 and its k16 block's E4M3 byte sc[o / 2];
+ * E4M3 8 bytes (MX: its k32 block's UE8M0 byte sc[o / 4]). Loaded apart from
+ * fold_word_cvt so that a loop can keep several words' loads in flight. */
+struct fold_word_src {
+    uint2 w;
+    uint32_t s;
+};
 template <int KIND>
-__device__ __forceinline__ void fold_chunk_of(uint4 v, uint32_t ref, uint32_t sc, uint4 *dst)
+__device__ __forceinline__ fold_word_src fold_word_load(const uint8_t *row, const uint8_t *sc, int o)
+{
+    fold_word_src r;
+    if constexpr (KIND == FOLD_NV) r.w = make_uint2(*(const uint32_t *)(row + 4 * o), 0u), r.s = sc[o / 2];
+    else r.w = *(const uint2 *)(row + 8 * o), r.s = KIND == FOLD_MX ? sc[o / 4] : 0u;
+    return r;
+}
+
+/* fp16 word o of a row from fold_word_load's values: a lane a word, so a
+ * warp's stores cover 512 contiguous bytes (a lane a 16-byte chunk of codes,
+ * before 2026-12-06, wrote its words 32 or 64 bytes apart: 2.6x slower a
+ * block, dev/wgmma_lab/fold_lab.cu, and four-way bank conflicts into shared
+ * memory); the same conversions and multipliers, so the same bits. */
+template <int KIND>
+__device__ __forceinline__ uint4 fold_word_cvt(fold_word_src v, uint32_t ref)
 {
     if constexpr (KIND == FOLD_NV) {
-        fold_chunk_nv(v, sc, dst);
-    } else if constexpr (KIND == FOLD_E4M3) {
-        uint4 lo, hi;
-        e4m3x16_to_f16(v, lo, hi);
-        dst[0] = lo, dst[1] = hi;
+        return fold_nv_word_of(v.w.x, v.s);
     } else {
-        fold_chunk(v, ref, sc, dst);
+        uint4 o = make_uint4(fr_e4m3x2<false>(v.w.x), fr_e4m3x2<true>(v.w.x), fr_e4m3x2<false>(v.w.y), fr_e4m3x2<true>(v.w.y));
+        if constexpr (KIND == FOLD_MX) {
+            const uint32_t m = fr_mx_mult(ref, v.s);
+            o.x = fr_hmul2(o.x, m), o.y = fr_hmul2(o.y, m), o.z = fr_hmul2(o.z, m), o.w = fr_hmul2(o.w, m);
+        }
+        return o;
     }
 }
 
@@ -101,10 +98,8 @@ __device__ __forceinline__ void fold_staged_rows(const uint8_t *data, const uint
             for (int i = lane; i < K / 128; i += 32) m = __vmaxu4(m, *(const uint32_t *)(sc + 4 * i));
             ref = fold_row_ref(m);
         }
-        for (int ch = lane; ch < FOLD_CHUNKS(KIND, K); ch += 32) {
-            const uint32_t b = KIND == FOLD_NV ? *(const uint16_t *)(sc + 2 * ch) : KIND == FOLD_MX ? sc[ch / 2] : 0u;
-            fold_chunk_of<KIND>(ld_shared_v4(smem_u32(row + 16 * ch)), ref, b, dst + FOLD_CHUNK_OUT(KIND) * ch);
-        }
+#pragma unroll 1 /* unrolled, P3's pull items beside it spilled 48 bytes */
+        for (int o = lane; o < K / 8; o += 32) dst[o] = fold_word_cvt<KIND>(fold_word_load<KIND>(row, sc, o), ref);
     }
 }
 

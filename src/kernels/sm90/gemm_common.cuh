@@ -168,9 +168,8 @@ __device__ __forceinline__ void epilogue_chunks_of(const gemm_args &g, float (*C
             *(uint4 *)(d + 2 * c) = e.q;
             continue;
         }
-        if constexpr (FOLD16) { /* NVFP4 folded (g.out16): the block's scale x 2^7 as f16, then fold_chunk_nv's values */
-            const uint32_t h = fr_hmul2(fr_e4m3x2<false>(e.scale & 0xFFu), FR_F16_2P7) & 0xFFFFu;
-            *(uint4 *)(g.out16 + (row0 + m) * g.N_out + c) = fold_nv_word(e.q.x, h | h << 16);
+        if constexpr (FOLD16) { /* NVFP4 folded (g.out16): the folds' bits (fold_nv_word_of) */
+            *(uint4 *)(g.out16 + (row0 + m) * g.N_out + c) = fold_nv_word_of(e.q.x, e.scale & 0xFFu);
             continue;
         }
         if constexpr (F == MOE_EP_FORMAT_NVFP4) *(uint32_t *)(d + c / 2) = e.q.x; /* E2M1 nibbles */

@@ -66,9 +66,10 @@ __device__ __forceinline__ uint32_t fr_e4m3x2(uint32_t w)
 
 /* NVFP4's fold of eight E2M1 codes (nibbles of w, the first lowest) of a
  * block whose E4M3 scale x 2^7 is the f16 m (both halves): eight fp16, the
- * values x 2^-7 (exact). The fold items' and the dispatch's (fold_chunk_nv)
- * and mega's GEMM1 epilogue writing GEMM2's rows (epilogue_chunks_of's
- * FOLD16): one function, so the bits agree. */
+ * values x 2^-7 (exact). The folds' (fold_rows.cuh: split's pass, mega's
+ * fold items and dispatch) and mega's GEMM1 epilogue writing GEMM2's rows
+ * (epilogue_chunks_of's FOLD16), through fold_nv_word_of: one function, so
+ * the bits agree. */
 __device__ __forceinline__ uint4 fold_nv_word(uint32_t w, uint32_t m)
 {
     uint32_t o[4];
@@ -76,6 +77,14 @@ __device__ __forceinline__ uint4 fold_nv_word(uint32_t w, uint32_t m)
 #pragma unroll
     for (int b = 0; b < 4; b++) o[b] = fr_hmul2(o[b], m);
     return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* NVFP4: 8 E2M1 (word w) of the k16 block with E4M3 scale byte sb -> 8 fp16
+ * (fold_nv_word with the scale x 2^7 as f16, as fr_store_e4m3x8 stages it). */
+__device__ __forceinline__ uint4 fold_nv_word_of(uint32_t w, uint32_t sb)
+{
+    const uint32_t h = fr_hmul2(fr_e4m3x2<false>(sb), FR_F16_2P7) & 0xFFFFu;
+    return fold_nv_word(w, h | h << 16);
 }
 
 /* NVFP4: eight E4M3 scale bytes -> eight f16 times 2^7 (exact: FR_F16_2P7)
