@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the sixty-third session: item 0; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# Device plan (as of the sixty-fourth session: item 0; the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
 # too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
 # docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
 # `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
@@ -15,23 +15,16 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 0. (sixty-third session) The fold's per-block rate. P3 (dev/drafts/mega_nvfp4_pull_items_tokrows.patch,
-#    now with the copies a row a lane: P3b) passed the whole GPU suite but lost 2.5-6 % at T >= 2048: its
-#    pull items took ~99 us an m tile (4x the model), waiting 0.35 us on their copies: the fold's own
-#    rate (~13 GB/s a block, as the sixtieth session's fold items with every block folding).
-#    dev/drafts/fold_nv_lane_words.patch (a lane a 16-byte fp16 word: contiguous 512-byte warp stores, no
-#    bank conflicts into the dispatch's shared staging) is built, not run. The call (carry build-x68,
-#    built on the CI machine in the sixty-third session if still there; ~5 min):
-#    `bash build-x68/run.sh`: test_split (split and mega) of F (main + the fold patch) and of P3c (P3b +
-#    the fold patch), `scripts/ab.sh 2 A F P3c` at NVFP4 flash / pro T = 512 / 2048 / 8192, P3c's item
-#    trace at flash 8192 (the pull items' run time: ~22 us an m tile is what P3 needs to gain ~2 %).
-#    Rebuild (if build-x68 is gone): worktrees of main, `git apply` the patch(es), cmake Release builds of
-#    moe_ep_tool and test_split (and a -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF tool of P3c), xz -6
-#    each into build-x68 with main's tool as moe_ep_A.xz. If F wins alone: merge it (the GPU suite first);
-#    if P3c wins: merge P3b + F, the whole suite (dev/gpu_suite_carried.sh) and issue #4's NVFP4 table.
-#    If F wins, dev/drafts/fold_lane_words.patch is its form for every fold kind (MX, E4M3 too: the MXFP8,
-#    W4A8 and FP8-BLOCK dispatch folds; `scripts/ptxas_mega.sh full --Werror=all-warnings`: no spill in any
-#    instance; not run): its suite, then `scripts/ab.sh 2` at mxfp8, w4a8, fp8_block T = 512 / 8192.
+# 0. (sixty-fourth session) The GEMM tiles at T = 8192. The fold is done (5cd0733: every fold a word a
+#    lane, split NVFP4 -5-6 %; P3 ended: its pull items fold every row, main's dispatch a token once).
+#    P3c's trace (flash 8192, docs/benchmarks.md first section) puts ~590 of the 900-1100 us between
+#    mega's fwd and its floor in the GEMM tiles: GEMM1 at 93 % of the measured BF16 rate a block, GEMM2
+#    at 85 % (29.1 us a 128 x 256 x 2048 tile), and 4.7 % of m-tile padding. First on the CI machine:
+#    what a tile pays outside its k loop (the producer's first stages, the epilogue's stores) from
+#    dev/wgmma_lab/rs_tile.cu at K = 2048 and 4096 (one call, seconds: `rs_tile_stamps`); if GEMM2's
+#    fixed part is ~3 us, the producer fetching the next claimed item's first stages during the epilogue
+#    would save ~2 us a tile (~100 us a block, ~2 %). Then a trace of main (-DMOE_EP_MEGA_TRACE=ON, the
+#    ptxas guard off) at flash / pro 8192 against it.
 # 0y. (sixty-first session) The lead with a number: bandwidth-bound items on a few blocks beside the
 #    GEMMs. dev/wgmma_lab/write_lab.cu: the dispatch's shape streams 62 GB/s a block on 16 blocks, 20
 #    on all 132 (docs/benchmarks.md, first section), so the dispatch (~211 us x 132 blocks at flash
