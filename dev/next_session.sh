@@ -21,10 +21,15 @@
 #    mega's fwd and its floor in the GEMM tiles: GEMM1 at 93 % of the measured BF16 rate a block, GEMM2
 #    at 85 % (29.1 us a 128 x 256 x 2048 tile), and 4.7 % of m-tile padding. First on the CI machine:
 #    what a tile pays outside its k loop (the producer's first stages, the epilogue's stores) from
-#    dev/wgmma_lab/rs_tile.cu at K = 2048 and 4096 (one call, seconds: `rs_tile_stamps`); if GEMM2's
-#    fixed part is ~3 us, the producer fetching the next claimed item's first stages during the epilogue
-#    would save ~2 us a tile (~100 us a block, ~2 %). Then a trace of main (-DMOE_EP_MEGA_TRACE=ON, the
-#    ptxas guard off) at flash / pro 8192 against it.
+#    dev/wgmma_lab/rs_tile.cu (-DFR_LAB_ACT16 -DLAB_T512: the A16 128-row tiles at 1536 rows an expert,
+#    NVFP4 GEMM1 / GEMM2; per tile fill, stage waits, K loop, epilogue); if GEMM2's fixed part is ~3 us,
+#    the producer fetching the next claimed item's first stages during the epilogue would save ~2 us a
+#    tile (~100 us a block, ~2 %). With it main's item traces at NVFP4 flash / pro 8192 and MXFP8 flash
+#    8192. Both built on the CI machine in the sixty-fourth session: `bash build-x71/run.sh` (carry
+#    build-x71: the lab binary, main's trace tool moe_ep_T and main's tool moe_ep_A (b79e088, for paired
+#    benches), xz-packed; ~2 min). Rebuild if gone: the lab's nvcc line (its header, plus -DFR_LAB_ACT16
+#    -DLAB_T512), `cmake -S . -B B -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF`
+#    and its moe_ep_tool.
 # 0y. (sixty-first session) The lead with a number: bandwidth-bound items on a few blocks beside the
 #    GEMMs. dev/wgmma_lab/write_lab.cu: the dispatch's shape streams 62 GB/s a block on 16 blocks, 20
 #    on all 132 (docs/benchmarks.md, first section), so the dispatch (~211 us x 132 blocks at flash
