@@ -12,14 +12,14 @@ template <int KIND>
 __global__ void __launch_bounds__(32 * FOLD_WARPS) fold_rows(gemm_args g, uint16_t *out)
 {
     if (moe_ep_dev_failed(g.error)) return;
-    const int lane = threadIdx.x % 32, words = g.K / 128; /* scale words (4 bytes) */
+    const int lane = threadIdx.x % 32, scale_words = g.K / 128; /* MX: a row's UE8M0 bytes, 4 a word */
     const int64_t rows = g.expert_offset[g.E];
     for (int64_t r = blockIdx.x * FOLD_WARPS + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * FOLD_WARPS) {
         const uint8_t *sc = g.a_scales + r * g.a_scale_stride;
         uint32_t ref = 0;
         if constexpr (KIND == FOLD_MX) {
             uint32_t m = 0;
-            for (int i = lane; i < words; i += 32) m = __vmaxu4(m, __ldg((const unsigned int *)sc + i));
+            for (int i = lane; i < scale_words; i += 32) m = __vmaxu4(m, __ldg((const unsigned int *)sc + i));
             ref = fold_row_ref(m);
         }
         const uint8_t *src = g.a + r * FOLD_ROW_BYTES(KIND, g.K);

@@ -12,8 +12,8 @@
  *   FP8-BLOCK: out[r][k] = e4m3(a[r][k])   (its fp32 scales per 128 stay with the tile's promotion)
  *
  * MX: ref_r = the row's largest UE8M0 byte (fr_mx_ref), b the k32 block's: the
- * conversions and multipliers fr_widen_rows runs on a stage (cvt e4m3x2 to
- * f16x2, then times fr_mx_mult), so the tile's sums keep their bits. NVFP4:
+ * very functions fr_widen_rows runs on a stage (e4m3x8_to_f16, then
+ * fr_mult_chunk by fr_mx_mult), so the tile's sums keep their bits. NVFP4:
  * fr_widen_nv_chunk's (moe_ep_e2m1_word_f16's bits, value x 2^-14, times the
  * scale x 2^7 as fr_store_e4m3x8 stages it); exact in fp16 either way. A lane
  * folds a 16-byte fp16 word (fold_word_cvt). */
@@ -71,12 +71,8 @@ __device__ __forceinline__ uint4 fold_word_cvt(fold_word_src v, uint32_t ref)
     if constexpr (KIND == FOLD_NV) {
         return fold_nv_word_of(v.w.x, v.s);
     } else {
-        uint4 o = make_uint4(fr_e4m3x2<false>(v.w.x), fr_e4m3x2<true>(v.w.x), fr_e4m3x2<false>(v.w.y), fr_e4m3x2<true>(v.w.y));
-        if constexpr (KIND == FOLD_MX) {
-            const uint32_t m = fr_mx_mult(ref, v.s);
-            o.x = fr_hmul2(o.x, m), o.y = fr_hmul2(o.y, m), o.z = fr_hmul2(o.z, m), o.w = fr_hmul2(o.w, m);
-        }
-        return o;
+        const uint4 o = e4m3x8_to_f16(v.w.x, v.w.y);
+        return KIND == FOLD_MX ? fr_mult_chunk(o, fr_mx_mult(ref, v.s)) : o;
     }
 }
 

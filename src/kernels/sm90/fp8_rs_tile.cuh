@@ -483,11 +483,17 @@ __device__ __forceinline__ uint32_t fr_ld_u32_at(uint32_t p)
     return v;
 }
 
+/* 8 E4M3 bytes -> 8 fp16 (exact): one 16-byte chunk (the folds' word, fold_rows.cuh). */
+__device__ __forceinline__ uint4 e4m3x8_to_f16(uint32_t a, uint32_t b)
+{
+    return make_uint4(fr_e4m3x2<false>(a), fr_e4m3x2<true>(a), fr_e4m3x2<false>(b), fr_e4m3x2<true>(b));
+}
+
 /* 16 E4M3 bytes -> 16 fp16 (exact) as two 16-byte chunks. */
 __device__ __forceinline__ void e4m3x16_to_f16(uint4 v, uint4 &lo, uint4 &hi)
 {
-    lo = make_uint4(fr_e4m3x2<false>(v.x), fr_e4m3x2<true>(v.x), fr_e4m3x2<false>(v.y), fr_e4m3x2<true>(v.y));
-    hi = make_uint4(fr_e4m3x2<false>(v.z), fr_e4m3x2<true>(v.z), fr_e4m3x2<false>(v.w), fr_e4m3x2<true>(v.w));
+    lo = e4m3x8_to_f16(v.x, v.y);
+    hi = e4m3x8_to_f16(v.z, v.w);
 }
 
 /* NVFP4: raw chunk j (16 B, 32 elements) of row r (64-byte rows, 64-byte
@@ -532,11 +538,16 @@ __device__ __forceinline__ bool fr_rows_done(int i, int rows_valid)
     else return RP * i >= rows_valid;
 }
 
+/* A chunk's 8 fp16 times the f16x2 multiplier m (MXFP8's: the row's k32 one). */
+__device__ __forceinline__ uint4 fr_mult_chunk(uint4 c, uint32_t m)
+{
+    return make_uint4(fr_hmul2(c.x, m), fr_hmul2(c.y, m), fr_hmul2(c.z, m), fr_hmul2(c.w, m));
+}
+
 /* MXFP8's widening: a chunk pair's 16 fp16 times the row's k32 multiplier m (f16x2). */
 __device__ __forceinline__ void fr_mult_chunks(uint4 &lo, uint4 &hi, uint32_t m)
 {
-    lo.x = fr_hmul2(lo.x, m), lo.y = fr_hmul2(lo.y, m), lo.z = fr_hmul2(lo.z, m), lo.w = fr_hmul2(lo.w, m);
-    hi.x = fr_hmul2(hi.x, m), hi.y = fr_hmul2(hi.y, m), hi.z = fr_hmul2(hi.z, m), hi.w = fr_hmul2(hi.w, m);
+    lo = fr_mult_chunk(lo, m), hi = fr_mult_chunk(hi, m);
 }
 
 /* The E4M3 widening by 128 threads (the 128-row instances), pass I: rows
