@@ -69,6 +69,16 @@ __device__ __forceinline__ void lab_stamp(int p)
 #define FR_SMEM_LIMIT (227 * 1024) /* the split backend's: no mega kernel around the lab's tile */
 #endif
 
+#ifdef LAB_W144 /* the 144-row A16 NVFP4 tile beside the 128-row one (sixty-fifth session): no raw activation
+                 * stages (A16 only), LAB_W144_PREGS producer registers (default 56), the rest to the consumers */
+#ifndef LAB_W144_PREGS
+#define LAB_W144_PREGS 56
+#endif
+#define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && ((BMA) == 128 || (BMA) == 144) && (CT) == 1)
+#define FR_RA_ROW_BYTES(FMT, BMA) ((BMA) == 144 ? 256 : (BMA) * FR_AROW(FMT))
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 144 ? LAB_W144_PREGS : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 144 ? (3 * 168 - LAB_W144_PREGS) / 2 : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
+#endif
 #include "kernels/sm90/fp8_rs_tile.cuh"
 #include "lab_common.cuh"
 #include "rs_lab_common.cuh"
@@ -307,6 +317,28 @@ int main(void)
     LAB_E(RS_NVFP4, 128, "t512 nvfp4 gemm1", NV, NV, NV, 4096, 4096, 1, 32, 96);
     LAB_E(RS_NVFP4, 128, "t8192 nvfp4 gemm1 (1536 rows)", NV, NV, NV, 4096, 4096, 1, 32, 1536);
     LAB_E(RS_NVFP4, 128, "t8192 nvfp4 gemm2 (1536 rows)", NV, NV, BF, 2048, 4096, 0, 32, 1536);
+#ifdef LAB_T2048 /* the row counts of T = 2048 (sixty-fifth session): what a tile of 64 rows or a remainder costs */
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm1 64 rows (n64)", NV, NV, NV, 4096, 4096, 1, 32, 64);
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm1 32 rows (n64)", NV, NV, NV, 4096, 4096, 1, 32, 32);
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm1 384 rows (3 tiles)", NV, NV, NV, 4096, 4096, 1, 32, 384);
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm1 400 rows (3 + 16)", NV, NV, NV, 4096, 4096, 1, 32, 400);
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm2 64 rows (n64)", NV, NV, BF, 2048, 4096, 0, 32, 64);
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm2 96 rows (n96)", NV, NV, BF, 2048, 4096, 0, 32, 96);
+    LAB_E(RS_NVFP4, 128, "nvfp4 gemm2 128 rows", NV, NV, BF, 2048, 4096, 0, 32, 128);
+    LAB_E(RS_MXFP8, 128, "mxfp8 gemm1 64 rows (n64)", MX, MX, MX, 4096, 4096, 1, 32, 64);
+    LAB_E(RS_MXFP8, 128, "mxfp8 gemm1 128 rows", MX, MX, MX, 4096, 4096, 1, 32, 128);
+#endif
+#ifdef LAB_W144 /* rows an expert of flash T = 8192 (1536), 2048 (384, 400) and pro 2048 (256, 272): 128- against 144-row tiles */
+    for (int rows = 1536; rows >= 256; rows = rows == 1536 ? 400 : rows == 400 ? 384 : rows == 384 ? 272 : rows == 272 ? 256 : 0) {
+        char n128[64], n144[64];
+        snprintf(n128, sizeof n128, "w128 nvfp4 gemm1 %d rows", rows), snprintf(n144, sizeof n144, "w144 nvfp4 gemm1 %d rows", rows);
+        LAB_E(RS_NVFP4, 128, n128, NV, NV, NV, 4096, 4096, 1, 32, rows);
+        LAB_E(RS_NVFP4, 144, n144, NV, NV, NV, 4096, 4096, 1, 32, rows);
+        snprintf(n128, sizeof n128, "w128 nvfp4 gemm2 %d rows", rows), snprintf(n144, sizeof n144, "w144 nvfp4 gemm2 %d rows", rows);
+        LAB_E(RS_NVFP4, 128, n128, NV, NV, BF, 2048, 4096, 0, 32, rows);
+        LAB_E(RS_NVFP4, 144, n144, NV, NV, BF, 2048, 4096, 0, 32, rows);
+    }
+#endif
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
 #define LAB_DEC(FMT, BM, name, a, w, out, K, glu) LAB_E(FMT, BM, name, a, w, out, K, 4096, glu, 32, rows)
 #define LAB_DEC3(FMT, name, a, w, out, K, glu)                        \

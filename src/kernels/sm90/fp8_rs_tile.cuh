@@ -130,8 +130,10 @@
 #define FR_CTAS_OF(FMT, BMA) (FR_PAIRED(FMT, BMA) ? 2 : 1)
 /* MX and NVFP4 hold no partial sum (one sum over K, no promotion); MXFP8 at 128 rows 88 / 208
  * (104 / 200 and 72 / 216 spilled 8 bytes in its mega kernel, 40 / 232 too with the row references). */
+#ifndef FR_PRODUCER_REGS /* the kernel lab may move others (its wider tiles) */
 #define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
+#endif
 
 /* RS_FP8_QG: FP8-BLOCK with config.fp8_fast_accum, the same tile with both
  * operands E4M3 in shared memory (SS QGMMA, no widening; see fr_block). */
@@ -246,6 +248,12 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
+/* Bytes of a raw activation stage (the kernel lab's A16-only wider tiles shrink it: their
+ * activations come as fp16 stages only). */
+#ifndef FR_RA_ROW_BYTES
+#define FR_RA_ROW_BYTES(FMT, BMA) ((BMA) * FR_AROW(FMT))
+#endif
+
 /* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, FR_RAW_PAIRED_OF raw and 2 fp16 stages). */
 template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
 struct fr_smem {
@@ -256,7 +264,7 @@ struct fr_smem {
     static constexpr int RA = ARAW ? ARAW : RAW;
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
-    uint8_t ra[RA][BMA * FR_AROW(FMT)];    /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
+    uint8_t ra[RA][FR_RA_ROW_BYTES(FMT, BMA)]; /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
     static constexpr int MREC = FR_WREC_WORDS(FMT); /* words of a stage's weight multipliers */
@@ -350,13 +358,28 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float *d, uint64_t da, uint
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
+/* d[72] (+)= A (64 x 16 f16, registers a[4]) . B^T (144 x 16 f16, descriptor db): the kernel
+ * lab's 144-row tile only (a tile that would take experts of 257-288 and 385-432 rows whole). */
+__device__ __forceinline__ void wgmma_m64n144k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,"
+                 "%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,"
+                 "%70,%71}, {%72,%73,%74,%75}, %76, p, 1, 1, 0;\n}\n"
+                 : WGMMA_D8(d, 0), WGMMA_D8(d, 8), WGMMA_D8(d, 16), WGMMA_D8(d, 24), WGMMA_D8(d, 32), WGMMA_D8(d, 40),
+                   WGMMA_D8(d, 48), WGMMA_D8(d, 56), WGMMA_D8(d, 64)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 /* The tile's wgmma: N = NW activation rows (the instance's BMA, or fewer:
  * fr_consume). */
 template <int NW>
 __device__ __forceinline__ void fr_wgmma(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
-    static_assert(NW == 128 || NW == 96 || NW == 64 || NW == 32 || NW == 16, "the register tile's wgmma N");
-    if constexpr (NW == 128) wgmma_m64n128k16_f16_rs(d, a, db, scale_d);
+    static_assert(NW == 144 || NW == 128 || NW == 96 || NW == 64 || NW == 32 || NW == 16, "the register tile's wgmma N");
+    if constexpr (NW == 144) wgmma_m64n144k16_f16_rs(d, a, db, scale_d);
+    else if constexpr (NW == 128) wgmma_m64n128k16_f16_rs(d, a, db, scale_d);
     else if constexpr (NW == 96) wgmma_m64n96k16_f16_rs(d, a, db, scale_d);
     else if constexpr (NW == 64) wgmma_m64n64k16_f16_rs(d, a, db, scale_d);
     else if constexpr (NW == 32) wgmma_m64n32k16_f16_rs(d, a, db, scale_d);
@@ -965,7 +988,9 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
 /* Whether a tile can run the A16 form: the 128-row MX, NVFP4 and exact FP8-BLOCK instances (with g.a16 set;
  * in mega, its A16 instances). NVFP4: E2M1 x its E4M3 scale x 2^7 (fr_widen_nv_chunk) is exact in fp16 like
  * the MX products; FP8-BLOCK's rows are E4M3 widened (its scales stay per stage, fr_produce_scales). */
+#ifndef FR_A16_OF /* the kernel lab may allow its wider tiles */
 #define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && (BMA) == 128 && (CT) == 1)
+#endif
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
@@ -1302,7 +1327,7 @@ __device__ __forceinline__ uint8_t *fr_tile_base(uint8_t *smem_raw)
  * kernel spilled 12 until the shorter SwiGLU (47c6a19); by chunks its split
  * fwd is 4-9 % faster at T >= 2048 (docs/benchmarks.md). The smaller
  * instances take them by chunks anyway (epilogue). */
-#define FR_SPLIT_QGLU(FMT, BMA) ((BMA) == 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4 || (FMT) == RS_MXFP8))
+#define FR_SPLIT_QGLU(FMT, BMA) ((BMA) >= 128 && ((FMT) == RS_W4A8 || (FMT) == RS_NVFP4 || (FMT) == RS_MXFP8))
 
 template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true, typename HOOK = fr_no_hook,
           int CTAS = FR_CTAS_OF(FMT, BMA), bool A16 = false>
