@@ -20,6 +20,10 @@
  * session). -DFR_LAB_ACT16: the MX and NVFP4 128-row tiles in the
  * library's A16 form (fr_produce_a16: the activations as fp16 rows by TMA, no widening; random fp16
  * rows here; fifty-seventh session; the fifty-sixth's lab-only form was dev/drafts/lab_act16.patch).
+ * -DLAB_T2048 (with LAB_T512): the NVFP4 / MXFP8 128-row A16 tiles at 32 / 64 / 96 / 128 rows an expert and
+ * NVFP4's at 384 and 400 (3 tiles, and 3 + a 16-row one): what a narrow or remainder tile costs.
+ * -DLAB_W144 (with LAB_T512): NVFP4's A16 tile at 144 rows beside 128 at 1536 / 400 / 384 / 272 / 256 rows an
+ * expert (dev/drafts/mega_nv144.patch's tile; LAB_W144_PREGS: its producer's registers, default 56).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
