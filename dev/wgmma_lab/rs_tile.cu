@@ -23,7 +23,7 @@
  * -DLAB_T2048 (with LAB_T512): the NVFP4 / MXFP8 128-row A16 tiles at 32 / 64 / 96 / 128 rows an expert and
  * NVFP4's at 384 and 400 (3 tiles, and 3 + a 16-row one): what a narrow or remainder tile costs.
  * -DLAB_W144 (with LAB_T512): NVFP4's A16 tile at 144 rows beside 128 at 1536 / 400 / 384 / 272 / 256 rows an
- * expert (dev/drafts/mega_nv144.patch's tile; LAB_W144_PREGS: its producer's registers, default 56).
+ * expert (the tile of dev/drafts/mega_nv144.patch: fp8_rs_tile.cuh's 144-row terms, 56 / 224 registers).
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
@@ -73,16 +73,6 @@ __device__ __forceinline__ void lab_stamp(int p)
 #define FR_SMEM_LIMIT (227 * 1024) /* the split backend's: no mega kernel around the lab's tile */
 #endif
 
-#ifdef LAB_W144 /* the 144-row A16 NVFP4 tile beside the 128-row one (sixty-fifth session): no raw activation
-                 * stages (A16 only), LAB_W144_PREGS producer registers (default 56), the rest to the consumers */
-#ifndef LAB_W144_PREGS
-#define LAB_W144_PREGS 56
-#endif
-#define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && ((BMA) == 128 || (BMA) == 144) && (CT) == 1)
-#define FR_RA_ROW_BYTES(FMT, BMA) ((BMA) == 144 ? 256 : (BMA) * FR_AROW(FMT))
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 144 ? LAB_W144_PREGS : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 144 ? (3 * 168 - LAB_W144_PREGS) / 2 : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
-#endif
 #include "kernels/sm90/fp8_rs_tile.cuh"
 #include "lab_common.cuh"
 #include "rs_lab_common.cuh"
@@ -333,7 +323,8 @@ int main(void)
     LAB_E(RS_MXFP8, 128, "mxfp8 gemm1 128 rows", MX, MX, MX, 4096, 4096, 1, 32, 128);
 #endif
 #ifdef LAB_W144 /* rows an expert of flash T = 8192 (1536), 2048 (384, 400) and pro 2048 (256, 272): 128- against 144-row tiles */
-    for (int rows = 1536; rows >= 256; rows = rows == 1536 ? 400 : rows == 400 ? 384 : rows == 384 ? 272 : rows == 272 ? 256 : 0) {
+    const int w144_rows[] = {1536, 400, 384, 272, 256};
+    for (int rows : w144_rows) {
         char n128[64], n144[64];
         snprintf(n128, sizeof n128, "w128 nvfp4 gemm1 %d rows", rows), snprintf(n144, sizeof n144, "w144 nvfp4 gemm1 %d rows", rows);
         LAB_E(RS_NVFP4, 128, n128, NV, NV, NV, 4096, 4096, 1, 32, rows);

@@ -130,10 +130,10 @@
 #define FR_CTAS_OF(FMT, BMA) (FR_PAIRED(FMT, BMA) ? 2 : 1)
 /* MX and NVFP4 hold no partial sum (one sum over K, no promotion); MXFP8 at 128 rows 88 / 208
  * (104 / 200 and 72 / 216 spilled 8 bytes in its mega kernel, 40 / 232 too with the row references). */
-#ifndef FR_PRODUCER_REGS /* the kernel lab may move others (its wider tiles) */
-#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
-#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
-#endif
+/* NVFP4's 144-row tile (A16 only, its producer only streams: the kernel lab's and
+ * dev/drafts/mega_nv144.patch's; no library instance) 56 / 224: its 144 accumulators. */
+#define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 144 ? 56 : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
+#define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 144 ? 224 : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
 
 /* RS_FP8_QG: FP8-BLOCK with config.fp8_fast_accum, the same tile with both
  * operands E4M3 in shared memory (SS QGMMA, no widening; see fr_block). */
@@ -248,11 +248,9 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
-/* Bytes of a raw activation stage (the kernel lab's A16-only wider tiles shrink it: their
- * activations come as fp16 stages only). */
-#ifndef FR_RA_ROW_BYTES
-#define FR_RA_ROW_BYTES(FMT, BMA) ((BMA) * FR_AROW(FMT))
-#endif
+/* Bytes of a raw activation stage: BMA rows, or for the 144-row tile (A16 only: none used) 256,
+ * which keeps the next array 1024-aligned. */
+#define FR_RA_STAGE_BYTES(FMT, BMA) ((BMA) == 144 ? 256 : (BMA) * FR_AROW(FMT))
 
 /* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, FR_RAW_PAIRED_OF raw and 2 fp16 stages). */
 template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
@@ -264,7 +262,7 @@ struct fr_smem {
     static constexpr int RA = ARAW ? ARAW : RAW;
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
-    uint8_t ra[RA][FR_RA_ROW_BYTES(FMT, BMA)]; /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
+    uint8_t ra[RA][FR_RA_STAGE_BYTES(FMT, BMA)]; /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
     static constexpr int MREC = FR_WREC_WORDS(FMT); /* words of a stage's weight multipliers */
@@ -358,8 +356,8 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float *d, uint64_t da, uint
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
-/* d[72] (+)= A (64 x 16 f16, registers a[4]) . B^T (144 x 16 f16, descriptor db): the kernel
- * lab's 144-row tile only (a tile that would take experts of 257-288 and 385-432 rows whole). */
+/* d[72] (+)= A (64 x 16 f16, registers a[4]) . B^T (144 x 16 f16, descriptor db): NVFP4's 144-row
+ * tile (FR_PRODUCER_REGS), which takes experts of 257-288 and 385-432 rows whole. */
 __device__ __forceinline__ void wgmma_m64n144k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
@@ -988,9 +986,9 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
 /* Whether a tile can run the A16 form: the 128-row MX, NVFP4 and exact FP8-BLOCK instances (with g.a16 set;
  * in mega, its A16 instances). NVFP4: E2M1 x its E4M3 scale x 2^7 (fr_widen_nv_chunk) is exact in fp16 like
  * the MX products; FP8-BLOCK's rows are E4M3 widened (its scales stay per stage, fr_produce_scales). */
-#ifndef FR_A16_OF /* the kernel lab may allow its wider tiles */
-#define FR_A16_OF(FMT, BMA, CT) ((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && (BMA) == 128 && (CT) == 1)
-#endif
+/* (and NVFP4's 144-row tile, A16 only: FR_PRODUCER_REGS) */
+#define FR_A16_OF(FMT, BMA, CT) \
+    (((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && (BMA) == 128 || FR_NV(FMT) && (BMA) == 144) && (CT) == 1)
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
