@@ -3,30 +3,18 @@
 # rows an expert) and the tile lab that prices it (dev/wgmma_lab/rs_tile.cu, LAB_T2048 / LAB_W144).
 # Written in the sixty-fifth session, which got no device time to run it.
 #   dev/nv144.sh build   CI machine (~8 min on 2 cores): build-x72/ (ignored): moe_ep_A (main's tool),
-#                        moe_ep_B, test_split_B, test_fuzz_gpu_B (the draft's), rs_tile_a16 (the lab), xz-packed
+#                        moe_ep_B, test_split_B, test_fuzz_gpu_B (the draft's; dev/build_carry.sh, gzipped), rs_tile_a16
 #   dev/nv144.sh         device (carry build-x72, ~45 MB; ~5 min): paired A / B of NVFP4 mega at flash / pro
 #                        T = 2048 / 8192, the draft's test_split with split and mega (bit for bit), the lab.
 #                        AB_S, TS_S, LAB_S: each part's time limit in seconds (default 110, 150, 80).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=build-x72
-if [ "${1:-}" = build ]; then
-  set -e
-  export PATH=/usr/local/cuda/bin:$PATH
-  mkdir -p $D
-  (cd dev/wgmma_lab && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 -I../../include -I../../src \
-    -DFR_LAB_ACT16 -DLAB_T512 -DLAB_T2048 -DLAB_W144 rs_tile.cu -o ../../$D/rs_tile_a16)
-  for v in A B; do
-    wt=/tmp/moe_ep_wt_nv144_$v; rm -rf $wt; git worktree prune; git worktree add -f --detach $wt HEAD > /dev/null
-    [ $v = B ] && git -C $wt apply "$PWD/dev/drafts/mega_nv144.patch"
-    cmake -S $wt -B $wt/B -DCMAKE_BUILD_TYPE=Release > /dev/null
-    targets="moe_ep_tool"; [ $v = B ] && targets="moe_ep_tool test_split test_fuzz_gpu"
-    cmake --build $wt/B -j2 --target $targets > $wt/build.log 2>&1 || { tail -20 $wt/build.log; exit 1; }
-    xz -6 -T2 -c $wt/B/tools/moe_ep > $D/moe_ep_$v.xz
-    [ $v = B ] && for t in test_split test_fuzz_gpu; do xz -6 -T2 -c $wt/B/tests/$t > $D/${t}_B.xz; done
-  done
-  ls -la $D; du -sh $D
-  exit 0
+if [ "${1:-}" = build ]; then # dev/build_carry.sh's A / B (gzipped), then the lab
+  dev/build_carry.sh $D test_split,test_fuzz_gpu -- B=mega_nv144.patch || exit 1
+  (cd dev/wgmma_lab && /usr/local/cuda/bin/nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 \
+    -I../../include -I../../src -DFR_LAB_ACT16 -DLAB_T512 -DLAB_T2048 -DLAB_W144 rs_tile.cu -o ../../$D/rs_tile_a16)
+  exit
 fi
 . scripts/carried.sh
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
