@@ -17,13 +17,12 @@
 # Calls, in order of value:
 # 00. (sixty-fifth session, which got no device time) NVFP4's 144-row A16 tile in mega (draft
 #    dev/drafts/mega_nv144.patch, ptxas-clean, not run) and the tile lab that prices it: on the CI
-#    machine `dev/nv144.sh build` (~8 min: build-x72/, ignored, ~45 MB), then one device call
-#    `dev/nv144.sh` (carry build-x72, ~5 min): paired A / B of NVFP4 mega at flash / pro T = 2048 / 8192,
-#    the draft's test_split with split and mega (bit for bit with split), the lab (rs_tile.cu
+#    machine `dev/nv144.sh build` (~6 min: build-x72/ and build-x73/, ignored, ~58 MB), then one device call
+#    `dev/nv144.sh` (carry build-x72 and build-x73, ~6 min): paired A / B of NVFP4 mega at flash / pro T = 2048 /
+#    8192, the draft's whole GPU suite (test_split with split and mega among it: bit for bit with split), the lab (rs_tile.cu
 #    -DLAB_T2048 -DLAB_W144: 64-, 32-row and remainder tiles; 128- against 144-row tiles at 1536 / 400 /
 #    384 / 272 / 256 rows an expert). Predicted mega fwd -5-12 % at T = 2048, -3-5 % at 8192 (design.md,
-#    sixty-fifth session); if it holds, the whole GPU suite on the draft (dev/gpu_suite_carried.sh with its
-#    six tests built) before merging, then the same for MXFP8 / W4A8 / FP8-BLOCK's A16 tiles (their
+#    sixty-fifth session); if it holds and the suite passes, merge, then the same for MXFP8 / W4A8 / FP8-BLOCK's A16 tiles (their
 #    registers: 208 / 200 / 224 at 128 rows) and issue #4's tables.
 # 0. (sixty-fourth session) The GEMM tiles at T = 8192. The fold is done (5cd0733: every fold a word a
 #    lane, split NVFP4 -5-6 %; P3 ended: its pull items fold every row, main's dispatch a token once).
