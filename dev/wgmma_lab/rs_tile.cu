@@ -323,15 +323,18 @@ int main(void)
     LAB_E(RS_MXFP8, 128, "mxfp8 gemm1 128 rows", MX, MX, MX, 4096, 4096, 1, 32, 128);
 #endif
 #ifdef LAB_W144 /* rows an expert of flash T = 8192 (1536), 2048 (384, 400) and pro 2048 (256, 272): 128- against 144-row tiles */
+#define LAB_W(FMT, what, a, w, out, K, glu)                                                      \
+    do {                                                                                         \
+        char n_[64];                                                                             \
+        snprintf(n_, sizeof n_, "w128 " what " %d rows", rows);                                  \
+        LAB_E(FMT, 128, n_, a, w, out, K, 4096, glu, 32, rows);                                  \
+        snprintf(n_, sizeof n_, "w144 " what " %d rows", rows);                                  \
+        LAB_E(FMT, 144, n_, a, w, out, K, 4096, glu, 32, rows);                                  \
+    } while (0)
     const int w144_rows[] = {1536, 400, 384, 272, 256};
     for (int rows : w144_rows) {
-        char n128[64], n144[64];
-        snprintf(n128, sizeof n128, "w128 nvfp4 gemm1 %d rows", rows), snprintf(n144, sizeof n144, "w144 nvfp4 gemm1 %d rows", rows);
-        LAB_E(RS_NVFP4, 128, n128, NV, NV, NV, 4096, 4096, 1, 32, rows);
-        LAB_E(RS_NVFP4, 144, n144, NV, NV, NV, 4096, 4096, 1, 32, rows);
-        snprintf(n128, sizeof n128, "w128 nvfp4 gemm2 %d rows", rows), snprintf(n144, sizeof n144, "w144 nvfp4 gemm2 %d rows", rows);
-        LAB_E(RS_NVFP4, 128, n128, NV, NV, BF, 2048, 4096, 0, 32, rows);
-        LAB_E(RS_NVFP4, 144, n144, NV, NV, BF, 2048, 4096, 0, 32, rows);
+        LAB_W(RS_NVFP4, "nvfp4 gemm1", NV, NV, NV, 4096, 1);
+        LAB_W(RS_NVFP4, "nvfp4 gemm2", NV, NV, BF, 2048, 0);
     }
 #endif
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */
