@@ -28,4 +28,6 @@ run test_fuzz_gpu test_fuzz_gpu
 run test_split test_split
 run test_split_mega test_split MOE_EP_TEST_BACKENDS=split,mega
 grep -h "large offsets" $O/test_split*.log | tail -n 2
+# the logs as one file: the device returns at most 8 files from $OUT
+(cd $O && tar czf suite_logs.tgz test_*.log && rm -f test_*.log)
 echo "GPU tests (carried from $D): $pass passed, $fail failed"

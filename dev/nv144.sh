@@ -11,6 +11,8 @@
 #                        the drafts' whole GPU suite (dev/gpu_suite_carried.sh build-x73: test_split with split
 #                        and mega among it, bit for bit); the lab.
 #                        AB_S, LAB_S: the A / B's (each of its two) and the lab's time limits in seconds (110, 60).
+#   dev/nv144.sh split   device (carry build-x72; ~1-2 min): the drafts' test_split with split and mega alone, its
+#                        FAIL lines (the sixty-seventh session's run of the whole: mega's 144-row MXFP8 / W4A8 wrong).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=build-x72 S=build-x73 WT=/tmp/moe_ep_wt/B # dev/build_carry.sh's worktree of variant B
@@ -26,6 +28,12 @@ fi
 . scripts/carried.sh
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 O=${OUT:-/tmp/moe_ep_out}; mkdir -p $O
+if [ "${1:-}" = split ]; then # the drafts' test_split with split and mega alone (~1-2 min; carry build-x72): its failing cases
+  carried $D/test_split_B || exit 1
+  timeout 240 env MOE_EP_TEST_BACKENDS=split,mega $D/test_split_B > $O/test_split_mega.log 2>&1; echo "test_split (split, mega) rc=$?"
+  echo "FAIL lines: $(grep -c FAIL $O/test_split_mega.log)"; grep FAIL $O/test_split_mega.log | sed 's/.*test_split.c:[0-9]*: //' | cut -c1-200 | head -40
+  tail -2 $O/test_split_mega.log; exit
+fi
 nvidia-smi --query-gpu=name --format=csv,noheader
 t0=$(date +%s)
 for b in moe_ep_B moe_ep_A; do carried $D/$b || exit 1; done
