@@ -248,9 +248,11 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
 #define FR_SMEM_LIMIT (227 * 1024 - 8 * 1024 - 16) /* 16: hopper.cuh's static tile_wait_failed */
 #endif
 
-/* Bytes of a raw activation stage: BMA rows, or for the 144-row tile (A16 only: none used) 256,
- * which keeps the next array 1024-aligned. */
-#define FR_RA_STAGE_BYTES(FMT, BMA) ((BMA) == 144 ? 256 : (BMA) * FR_AROW(FMT))
+/* Bytes of a raw activation stage: BMA rows, or for the 144-row tile (A16 only: none used) 1024,
+ * which keeps the raw weight stages after them 1024-aligned whatever RA (256 left MXFP8's 512 and
+ * W4A8's 768 bytes off: the TMA swizzles by address, the consumers by row, fr_load_word; the
+ * sixty-seventh session's wrong mega results). */
+#define FR_RA_STAGE_BYTES(FMT, BMA) ((BMA) == 144 ? 1024 : (BMA) * FR_AROW(FMT))
 
 /* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, FR_RAW_PAIRED_OF raw and 2 fp16 stages). */
 template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
@@ -269,7 +271,7 @@ struct fr_smem {
     uint32_t wrec[RAW][MREC];      /* MX, NVFP4: the weights' record of the stage (rs_mults.cuh; MX: the
                                       k32 multipliers [4][FR_BN] (MXFP8 f16, W4A8 f16x2), 2^ref_w [FR_BN]; NVFP4:
                                       uint16_t [8][FR_BN], the scales per k16 block), by bulk copy */
-    static constexpr int RINGS = CVT * A_HALVES * 4 + RA * BMA * FR_AROW(FMT) + RAW * (FR_BN * FR_WROW(FMT) + MREC * 4);
+    static constexpr int RINGS = CVT * A_HALVES * 4 + RA * FR_RA_STAGE_BYTES(FMT, BMA) + RAW * (FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
@@ -1335,6 +1337,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
     typedef fr_smem<FMT, BMA, CTAS> smem_t;
     static_assert(FR_SMEM_BYTES_CT(FMT, BMA, CTAS) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
+    /* (QG's raw stages start 128 bytes on: it reads them through wgmma descriptors, not fr_load_word) */
+    static_assert(FR_QG(FMT) || offsetof(smem_t, rb) % 1024 == 0,
+                  "the raw weight stages 1024-aligned: the TMA swizzles by address, the consumers by row (fr_load_word)");
     smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX, NVFP4 or FP8-BLOCK, 128 rows, one block an SM");
