@@ -16,10 +16,13 @@
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
 # 00. (sixty-seventh session) The 144-row drafts ran once (docs/benchmarks.md, "The A16 register tiles at 144
-#    rows in mega"): mega fwd -6-10 % at T = 2048, but test_split's mega cases FAIL at 144 rows for W4A8 and
-#    MXFP8 (rel L2 1.6; MXFP8's large-offsets case NaN rows), NVFP4's not seen. First `dev/nv144.sh split`
-#    (carry build-x72 after `dev/nv144.sh build`; ~1-2 min): which cases fail. Then fix, rebuild, and the
-#    whole call below again. The old item as it was:
+#    rows in mega"): mega fwd -6-10 % at T = 2048, but test_split's mega cases FAILED at 144 rows for W4A8 and
+#    MXFP8 (rel L2 1.6; MXFP8's large-offsets case NaN rows): their raw weight stages were 512 / 768 bytes
+#    off 1024-aligned, fixed in 9c1b94e (design.md, sixty-seventh session), not yet run. So: `dev/nv144.sh
+#    build` (CI machine, ~6 min), then one call `dev/nv144.sh` (carry build-x72 and build-x73, ~3-4 min; the
+#    suite's logs come back as suite_logs.tgz). If a case still fails, `dev/nv144.sh split` lists them. If
+#    the suite passes: merge both patches (a path that loses its A / B leaves mega.c's rs_wide), then
+#    issue #4's tables. The old item as it was:
 # 00. (sixty-fifth / sixty-sixth sessions, which got no device time) The A16 register tiles at 144 rows in
 #    mega (drafts dev/drafts/mega_nv144.patch: NVFP4; + mega_mx144.patch: MXFP8 and W4A8 too, fold items
 #    at the instance's m tile rows, MX row references for 144 rows on 128 producer threads; both

@@ -6,7 +6,7 @@
 #   dev/nv144.sh build   CI machine (~8 min on 2 cores): build-x72/ (ignored): moe_ep_A (main's tool),
 #                        moe_ep_B, test_split_B, test_fuzz_gpu_B (both drafts; dev/build_carry.sh, gzipped),
 #                        rs_tile_a16; build-x73/ (ignored): the drafts' other four GPU tests, gzipped
-#   dev/nv144.sh         device (carry build-x72 and build-x73, ~58 MB; ~8 min), in order of value: paired
+#   dev/nv144.sh         device (carry build-x72 and build-x73, ~58 MB; ~3 min: 154 s on an H100), in order of value: paired
 #                        A / B of NVFP4 mega at flash / pro T = 2048 / 8192 and of MXFP8 / W4A8 at T = 2048;
 #                        the drafts' whole GPU suite (dev/gpu_suite_carried.sh build-x73: test_split with split
 #                        and mega among it, bit for bit); the lab.
