@@ -40,9 +40,11 @@ for b in moe_ep_B moe_ep_A; do carried $D/$b || exit 1; done
 timeout ${AB_S:-110} scripts/ab.sh 2 $D/moe_ep_A $D/moe_ep_B -- --paths nvfp4 --backends mega \
   --geometry ds-v4-flash,ds-v4-pro --tokens 2048,8192 --iters 10 > $O/ab.txt 2>&1
 echo "ab nvfp4 rc=$? $(( $(date +%s) - t0 )) s"; tail -8 $O/ab.txt
+(cd $O && tar czf ab_nv_md.tgz r*_?.md && rm -f r*_?.md) # the NVFP4 runs' tables (floors) before the MX A / B writes its own
 timeout ${AB_S:-110} scripts/ab.sh 2 $D/moe_ep_A $D/moe_ep_B -- --paths mxfp8,w4a8 --backends mega \
   --geometry ds-v4-flash,ds-v4-pro --tokens 2048 --iters 10 > $O/ab_mx.txt 2>&1
 echo "ab mxfp8,w4a8 rc=$? $(( $(date +%s) - t0 )) s"; tail -8 $O/ab_mx.txt
+(cd $O && tar czf ab_mx_md.tgz r*_?.md && rm -f r*_?.md) # at most 8 files come back from $OUT
 cp $D/test_split_B.gz $S/test_split.gz; cp $D/test_fuzz_gpu_B.gz $S/test_fuzz_gpu.gz
 dev/gpu_suite_carried.sh $S 2>&1 | tail -12; echo "suite $(( $(date +%s) - t0 )) s"
 timeout ${LAB_S:-60} $D/rs_tile_a16 > $O/lab.txt 2>&1; echo "lab rc=$? $(( $(date +%s) - t0 )) s"
