@@ -960,7 +960,10 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
     constexpr int RAW = smem_t::RAW, CVT = smem_t::CVT;
     const int64_t b_row = (int64_t)e * g.N + n0;
     if (t == 0 || t == 32) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other kernels (blocks) wrote */
-    if constexpr (FR_MX(FMT)) fr_row_refs<BMA, 128>(s, g, row0, rows_valid, t);
+    if constexpr (FR_MX(FMT)) { /* then a barrier: the consumers read every row's 2^ref_x after thread 32's arrival alone */
+        fr_row_refs<BMA, 128>(s, g, row0, rows_valid, t);
+        fr_producer_barrier<128>();
+    }
     if (t == 0) {
 #pragma unroll 1
         for (int kt = 0; kt < n_k; kt++) {
