@@ -203,7 +203,9 @@ typedef struct moe_ep_knobs {
                              only, the register tile, fp8_block with fp8_fast_accum
                              too); mega: 64 means its large tile, 32 rows for bf16,
                              and bf16's 128 its 144-row wide form where the tile is
-                             swapped on the bf16 wire (the same bits; docs/knobs.md) */
+                             swapped on the bf16 wire; NVFP4's, MXFP8's and W4A8's 128
+                             their 144-row form above 128 rows an expert (the same
+                             bits; docs/knobs.md) */
     int gemm_ctas_per_sm; /* resident GEMM CTAs per SM (mega: blocks per SM): 1..4,
                              capped by occupancy */
 } moe_ep_knobs_t;

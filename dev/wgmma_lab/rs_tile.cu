@@ -23,7 +23,8 @@
  * -DLAB_T2048 (with LAB_T512): the NVFP4 / MXFP8 128-row A16 tiles at 32 / 64 / 96 / 128 rows an expert and
  * NVFP4's at 384 and 400 (3 tiles, and 3 + a 16-row one): what a narrow or remainder tile costs.
  * -DLAB_W144 (with LAB_T512): NVFP4's A16 tile at 144 rows beside 128 at 1536 / 400 / 384 / 272 / 256 rows an
- * expert (the tile of dev/drafts/mega_nv144.patch: fp8_rs_tile.cuh's 144-row terms, 56 / 224 registers).
+ * expert (mega's 144-row tile since the sixty-eighth session: fp8_rs_tile.cuh's 144-row terms, 56 / 224
+ * registers); with -DLAB_W144_MX MXFP8's and W4A8's GEMM1 too.
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
@@ -335,6 +336,10 @@ int main(void)
     for (int rows : w144_rows) {
         LAB_W(RS_NVFP4, "nvfp4 gemm1", NV, NV, NV, 4096, 1);
         LAB_W(RS_NVFP4, "nvfp4 gemm2", NV, NV, BF, 2048, 0);
+#ifdef LAB_W144_MX /* MXFP8's and W4A8's GEMM1 */
+        LAB_W(RS_MXFP8, "mxfp8 gemm1", MX, MX, MX, 4096, 1);
+        LAB_W(RS_W4A8, "w4a8 gemm1", MX, M4, MX, 4096, 1);
+#endif
     }
 #endif
 #elif defined(LAB_DECODE) /* the flash EP8 slice at decode: 32 experts of 12 rows (T = 64) and 2 (T ~ 8), 64-, 32- and 16-row tiles */

@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if constexpr (A16) { /* GEMM1's fold items (mega_fold.cuh), where the dispatch did not fold */
             if (i < sh->n_fold1) {
                 MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
-                if (!fold_item<true, true, fold_kind_of(mega_act_format<MODE, SB>())>(p, sh, i)) break;
+                if (!fold_item<BM, true, true, fold_kind_of(mega_act_format<MODE, SB>())>(p, sh, i)) break;
                 continue;
             }
             i -= sh->n_fold1;
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             ok = gemm_item<BM, MODE, SB, A16, true>(p, sh, smem, i);
         } else if (A16 && i - n_g1 < n_f2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_FOLD);
-            ok = fold_item<false, A16, fold_kind_of(mega_act_format<MODE, SB>())>(p, sh, i - n_g1);
+            ok = fold_item<BM, false, A16, fold_kind_of(mega_act_format<MODE, SB>())>(p, sh, i - n_g1);
         } else if ((i -= n_g1 + n_f2) < n_g2) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_GEMM2);
             ok = gemm_item<BM, MODE, SB, A16, false>(p, sh, smem, i);
@@ -374,6 +374,9 @@ static moe_ep_status_t launch_rs(const moe_ep_mega_args_t *a, cudaStream_t s)
         else if constexpr (MODE == MODE_MX_RS)
             return a->d.a16 ? launch<FR_BM, MODE, SB, true>(a, s) : launch<FR_BM, MODE, SB>(a, s);
         else return launch<FR_BM, MODE, SB>(a, s);
+    case 144: /* NVFP4, MXFP8 and W4A8 A16 at more than 128 rows an expert (mega.c's set_knobs) */
+        if constexpr (MODE == MODE_NV_RS || MODE == MODE_MX_RS || MODE == MODE_W4_RS) return launch<144, MODE, SB, true>(a, s);
+        else return MOE_EP_FAIL(MOE_EP_ERROR_INTERNAL, "mega: no 144-row register tile of this path");
     case 64: return launch<64, MODE, SB>(a, s);
     case 32: return launch<32, MODE, SB>(a, s);
     case 16: return launch<16, MODE, SB>(a, s);

@@ -36,7 +36,8 @@
  * template A16; moe_ep_a16_rows decides): fold items turn each m tile's rows
  * into fp16 once (fold_rows.cuh), before its GEMM1 and again before its GEMM2
  * items, instead of every tile widening them. */
-#define MEGA_A16_CAN(m, bm) (((m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS || (m) == MODE_FP8_RS) && (bm) == 128)
+#define MEGA_A16_CAN(m, bm) \
+    (((m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS || (m) == MODE_FP8_RS) && (bm) == 128 || ((m) == MODE_NV_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS) && (bm) == 144)
 #define RS_FMT_OF(m) \
     ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
 

@@ -1,5 +1,5 @@
 /* The mega kernel's fold items (mega.cu only; the A16 instances): an m
- * tile's MX, NVFP4 or FP8-BLOCK rows folded into fp16 once (fold_rows.cuh) for the 128-row
+ * tile's MX, NVFP4 or FP8-BLOCK rows folded into fp16 once (fold_rows.cuh) for the 128- (or 144-)row
  * register tile's A16 form, which its N / 256 GEMM tiles then bring by TMA
  * instead of each widening the rows again. GEMM1's rows are folded by the
  * staged dispatch where it runs (mega_staging.fold_bytes: it holds each
@@ -31,8 +31,9 @@ __device__ __forceinline__ void fold_stage_load(uint8_t *at, uint64_t *bar, cons
     bulk_load(at + rps * rb, scales + (int64_t)r * ss, (uint32_t)(n * ss), bar);
 }
 
-/* ON: the instance has fold items (its A16); else never called. KIND: what the fold does (fold_kind_of). */
-template <bool FIRST, bool ON, int KIND>
+/* ON: the instance has fold items (its A16); else never called. KIND: what the fold does (fold_kind_of).
+ * BM: the instance's m tile rows (128, or the 144-row NVFP4 / MX tiles'). */
+template <int BM, bool FIRST, bool ON, int KIND>
 __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
 {
     if constexpr (!ON) return false;
@@ -48,10 +49,10 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
     }
     const mega_ctx c = ctx_of(a, sh);
     const int e = tile_expert(c.tile_off, a.d.E, mt);
-    const int row0 = c.off[e] + (mt - c.tile_off[e]) * FR_BM, rows_valid = min(FR_BM, c.off[e + 1] - row0);
+    const int row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
     const gemm_args &g = FIRST ? p.g1 : p.g2;
     const int region = pinned_int(p.xs.sh_offset), K = pinned_int(g.K), ss = pinned_int(g.a_scale_stride);
-    const int rb = FOLD_ROW_BYTES(KIND, K), pitch = pinned_int(g.a16_pitch), rps = min(FR_BM, region / (MEGA_STAGES * (rb + ss)));
+    const int rb = FOLD_ROW_BYTES(KIND, K), pitch = pinned_int(g.a16_pitch), rps = min(BM, region / (MEGA_STAGES * (rb + ss)));
     const int batches = (rows_valid + rps - 1) / rps, stage_bytes = rps * (rb + ss);
     const uint8_t *src = pinned(g.a), *src_sc = pinned(g.a_scales);
     uint8_t *smem = (uint8_t *)sh - region;

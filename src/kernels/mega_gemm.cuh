@@ -164,7 +164,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
          * inlined spills in this kernel, so it runs after the tile as a call
          * (fr_epilogue_after) */
         constexpr int FMT = RS_FMT_OF(MODE);
-        constexpr bool AFTER = BM == 128 || FR_PAIRED(FMT, BM);
+        constexpr bool AFTER = BM >= 128 || FR_PAIRED(FMT, BM);
         fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>, FR_CTAS_OF(FMT, BM), A16>(
             FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
         if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);

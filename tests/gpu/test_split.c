@@ -1160,12 +1160,15 @@ static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
     versus_reference("wgmma", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_MXFP8, 2, 512), &sp, &d, stream);
     sp.nt[1] = 300; /* a partial last tile on some experts; mega: its wide 144-row tiles (~406 rows an expert: 3) */
     versus_reference("wgmma uneven", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
-    /* the quantized paths' 128-row register tile at the same rows (mega's wide tile is bf16's only) */
+    /* the quantized paths' 128-row register tile at the same rows (mega: NVFP4's, MXFP8's and W4A8's
+     * A16 tiles at 144 rows, 3 an expert; FP8-BLOCK's at 128) */
     for (int p = MOE_EP_PATH_MXFP8; p < MOE_EP_PATH_COUNT_; p++)
         versus_reference("128-row tile uneven", &f, make_spec((moe_ep_path_t)p, MOE_EP_WIRE_BF16, 2, 512), &sp, &d,
                          stream);
     sp.nt[0] = 280, sp.nt[1] = 0; /* ~140 rows an expert: mega's wide tiles one or two an expert, widths 64-144 */
     versus_reference("wgmma wide", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
+    for (int p = MOE_EP_PATH_MXFP8; p < MOE_EP_PATH_COUNT_; p++) /* mega's 144-row register tiles at widths 64-144 */
+        versus_reference("144-row tile", &f, make_spec((moe_ep_path_t)p, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
     dev_free(&d);
     fixture_free(&f);
     /* above the swapped range (E 2, K 2: ~600 / ~500 tokens a rank, ~1100 rows an expert): split's

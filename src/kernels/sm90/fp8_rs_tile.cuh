@@ -130,8 +130,8 @@
 #define FR_CTAS_OF(FMT, BMA) (FR_PAIRED(FMT, BMA) ? 2 : 1)
 /* MX and NVFP4 hold no partial sum (one sum over K, no promotion); MXFP8 at 128 rows 88 / 208
  * (104 / 200 and 72 / 216 spilled 8 bytes in its mega kernel, 40 / 232 too with the row references). */
-/* NVFP4's 144-row tile (A16 only, its producer only streams: the kernel lab's and
- * dev/drafts/mega_nv144.patch's; no library instance) 56 / 224: its 144 accumulators. */
+/* The 144-row tiles (NVFP4, MXFP8, W4A8; A16 only, their producers only stream: mega's above
+ * 128 rows an expert (mega.c's rs_wide) and the kernel lab's) 56 / 224: their 144 accumulators. */
 #define FR_PRODUCER_REGS(FMT, BMA) ((BMA) == 144 ? 56 : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 104 : (FMT) == RS_MXFP8 ? 88 : 56)
 #define FR_CONSUMER_REGS(FMT, BMA) ((BMA) == 144 ? 224 : (BMA) <= 64 || FR_NV(FMT) || (FMT) == RS_W4A8 ? 200 : (FMT) == RS_MXFP8 ? 208 : 224)
 
@@ -776,6 +776,24 @@ __device__ __forceinline__ void fr_issue_stage(fr_smem<FMT, BMA, CT> &s, const g
                   &s.raw_full[st]);
 }
 
+/* The largest of activation row `row`'s UE8M0 scale bytes (four packed lanes; fr_mx_ref picks
+ * one) over its 16-byte chunks c0, c0 + step, ... (rows padded to 16 bytes,
+ * moe_ep_act_scale_stride; the padding skipped). words: the row's scale words. */
+__device__ __forceinline__ uint32_t fr_row_scale_max(const gemm_args &g, int row, int c0, int step, int words)
+{
+    const uint4 *p = (const uint4 *)(g.a_scales + (int64_t)row * g.a_scale_stride);
+    uint32_t m = 0;
+#pragma unroll 2
+    for (int c = c0; c < (words + 3) / 4; c += step) {
+        const uint4 v = __ldcg(p + c);
+        m = __vmaxu4(m, v.x);
+        if (4 * c + 1 < words) m = __vmaxu4(m, v.y);
+        if (4 * c + 2 < words) m = __vmaxu4(m, v.z);
+        if (4 * c + 3 < words) m = __vmaxu4(m, v.w);
+    }
+    return m;
+}
+
 /* MX: each activation row's reference byte, the largest UE8M0 byte of the
  * row over all of K (0 past the valid rows), into FR_REF_X(s, row) and the
  * consumers' 2^ref_x (sxw[*][0]), once a tile: each k32 block's scale 2^b is
@@ -792,22 +810,18 @@ __device__ __forceinline__ void fr_row_refs(S &s, const gemm_args &g, int row0, 
 {
     rows_valid = min(rows_valid, BMA);
     const int words = g.K / FR_BK; /* a row's scale words (4 UE8M0 bytes each) */
+    if constexpr (BMA > NT) { /* the 144-row tiles on 128 threads: a thread a row, rows t and t + NT */
+        for (int r = t; r < BMA; r += NT) {
+            const uint32_t m = r < rows_valid ? fr_row_scale_max(g, row0 + r, 0, 1, words) : 0u;
+            const float ref = r < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)fr_mx_ref(m)) : 0.0f;
+            for (int cs = 0; cs < S::CVT; cs++) s.sxw[cs][0][r] = ref;
+        }
+        return;
+    }
     if (t < BMA) FR_REF_X(s, t) = 0u;
     fr_producer_barrier<NT>();
     const int tpr = NT / max(rows_valid, 1), r = t / tpr; /* threads a valid row, this thread's row */
-    if (r < rows_valid) { /* by 16-byte chunks (rows padded to 16 bytes, moe_ep_act_scale_stride; the padding skipped) */
-        const uint4 *p = (const uint4 *)(g.a_scales + (int64_t)(row0 + r) * g.a_scale_stride);
-        uint32_t m = 0;
-#pragma unroll 2
-        for (int c = t - r * tpr; c < (words + 3) / 4; c += tpr) {
-            const uint4 v = __ldcg(p + c);
-            m = __vmaxu4(m, v.x);
-            if (4 * c + 1 < words) m = __vmaxu4(m, v.y);
-            if (4 * c + 2 < words) m = __vmaxu4(m, v.z);
-            if (4 * c + 3 < words) m = __vmaxu4(m, v.w);
-        }
-        atomicMax(&FR_REF_X(s, r), fr_mx_ref(m));
-    }
+    if (r < rows_valid) atomicMax(&FR_REF_X(s, r), fr_mx_ref(fr_row_scale_max(g, row0 + r, t - r * tpr, tpr, words)));
     fr_producer_barrier<NT>();
     if (t < BMA)
         for (int cs = 0; cs < S::CVT; cs++) s.sxw[cs][0][t] = t < rows_valid ? moe_ep_ue8m0_to_f32((uint8_t)FR_REF_X(s, t)) : 0.0f;
@@ -991,9 +1005,9 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
 /* Whether a tile can run the A16 form: the 128-row MX, NVFP4 and exact FP8-BLOCK instances (with g.a16 set;
  * in mega, its A16 instances). NVFP4: E2M1 x its E4M3 scale x 2^7 (fr_widen_nv_chunk) is exact in fp16 like
  * the MX products; FP8-BLOCK's rows are E4M3 widened (its scales stay per stage, fr_produce_scales). */
-/* (and NVFP4's 144-row tile, A16 only: FR_PRODUCER_REGS) */
+/* (and the 144-row NVFP4 and MX tiles, A16 only: FR_PRODUCER_REGS) */
 #define FR_A16_OF(FMT, BMA, CT) \
-    (((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && (BMA) == 128 || FR_NV(FMT) && (BMA) == 144) && (CT) == 1)
+    (((FR_MX(FMT) || FR_NV(FMT) || (FMT) == RS_FP8_BLOCK) && (BMA) == 128 || (FR_NV(FMT) || FR_MX(FMT)) && (BMA) == 144) && (CT) == 1)
 
 /* A consumer thread's shared addresses (32-bit: the K loop runs at the
  * register limit): its fragment bytes in raw weight stage 0, fp16 activation
@@ -1393,6 +1407,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
             if (FR_N64_OF(FMT) && rows <= 64) fr_consume<FMT, BMA, FR_N64_OF(FMT) ? 64 : 128>(s, g, ad, acc, part);
             else if (FR_N96_OF(FMT) && rows <= 96) fr_consume<FMT, BMA, FR_N96_OF(FMT) ? 96 : 128>(s, g, ad, acc, part);
             else fr_consume<FMT, BMA, 128>(s, g, ad, acc, part);
+        } else if constexpr (BMA == 144) { /* the 144-row instances: N 96, 128 or 144 (as above) */
+            const int rows = __shfl_sync(0xFFFFFFFFu, s.rows_valid, 0);
+            if (rows <= 96) fr_consume<FMT, BMA, 96>(s, g, ad, acc, part);
+            else if (rows <= 128) fr_consume<FMT, BMA, 128>(s, g, ad, acc, part);
+            else fr_consume<FMT, BMA, 144>(s, g, ad, acc, part);
         } else {
             /* a point ptxas knows the warp converged at: the K loop then runs in
              * uniform control flow and keeps its wgmma descriptors in uniform
@@ -1441,7 +1460,7 @@ __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem
 {
     fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw);
     /* FOLD16: NVFP4's 128-row tiles compile GEMM1's outputs folded into fp16 (g.out16: mega's) */
-    epilogue<BMA, FR_BN, true, true, true, FR_NV(FMT) && BMA == 128>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid,
+    epilogue<BMA, FR_BN, true, true, true, FR_NV(FMT) && BMA >= 128>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid,
                                                                    s.n0, threadIdx.x, blockDim.x);
 }
 
