@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the sixty-sixth session: item 00, then item 0; the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# Device plan (as of the sixty-eighth session: item 0 (item 00 done); the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
 # too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
 # docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
 # `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
@@ -15,27 +15,11 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 00. (sixty-seventh session) The 144-row drafts ran once (docs/benchmarks.md, "The A16 register tiles at 144
-#    rows in mega"): mega fwd -6-10 % at T = 2048, but test_split's mega cases FAILED at 144 rows for W4A8 and
-#    MXFP8 (rel L2 1.6; MXFP8's large-offsets case NaN rows): their raw weight stages were 512 / 768 bytes
-#    off 1024-aligned, fixed in 9c1b94e (design.md, sixty-seventh session), not yet run. So: `dev/nv144.sh
-#    build` (CI machine, ~6 min), then one call `dev/nv144.sh` (carry build-x72 and build-x73, ~3-4 min; the
-#    suite's logs come back as suite_logs.tgz). If a case still fails, `dev/nv144.sh split` lists them. If
-#    the suite passes: merge both patches (a path that loses its A / B leaves mega.c's rs_wide), then
-#    issue #4's tables. The old item as it was:
-# 00. (sixty-fifth / sixty-sixth sessions, which got no device time) The A16 register tiles at 144 rows in
-#    mega (drafts dev/drafts/mega_nv144.patch: NVFP4; + mega_mx144.patch: MXFP8 and W4A8 too, fold items
-#    at the instance's m tile rows, MX row references for 144 rows on 128 producer threads; both
-#    ptxas-clean with the guard on, not run) and the tile lab that prices them: on the CI machine
-#    `dev/nv144.sh build` (~8 min: build-x72/ and build-x73/, ignored, ~58 MB), then one device call
-#    `dev/nv144.sh` (carry build-x72 and build-x73, ~8 min): paired A / B of NVFP4 mega at flash / pro
-#    T = 2048 / 8192 and MXFP8 / W4A8 at T = 2048, the drafts' whole GPU suite (test_split with split and
-#    mega among it: bit for bit with split; its "144-row tile" cases at ~140 rows an expert), the lab
-#    (rs_tile.cu -DLAB_T2048 -DLAB_W144 -DLAB_W144_MX: 64-, 32-row and remainder tiles; 128- against
-#    144-row tiles at 1536 / 400 / 384 / 272 / 256 rows an expert). Predicted mega fwd -5-12 % at
-#    T = 2048, -3-5 % at 8192 (design.md, sixty-fifth session); if it holds and the suite passes, merge
-#    (a path whose A / B loses: drop it from mega.c's rs_wide), then issue #4's tables. FP8-BLOCK has no
-#    registers for a 144-row tile (56 / 224 at 128 rows already).
+# 00. (sixty-eighth session) Done: the 144-row A16 tiles merged (6a5c7dd; GPU suite 7 / 7 on an H100; mega fwd
+#    -2-10 % at T >= 2048) and issue #4's tables after them (docs/benchmarks.md, first section; the emulated pro
+#    group's FP8-BLOCK rows missing: its bench ran past its limit). Left: that group's FP8-BLOCK rows
+#    (`moe_ep bench --ranks 8 --geometry ds-v4-pro --paths fp8_block --backends split,mega --tokens
+#    8,64,512,2048,8192 --iters 20 --warmup 3`, ~2 min) beside item 0's run, and an H200 run of the tiles.
 # 0. (sixty-fourth session) The GEMM tiles at T = 8192. The fold is done (5cd0733: every fold a word a
 #    lane, split NVFP4 -5-6 %; P3 ended: its pull items fold every row, main's dispatch a token once).
 #    P3c's trace (flash 8192, docs/benchmarks.md first section) puts ~590 of the 900-1100 us between
