@@ -22,10 +22,10 @@
 #    8,64,512,2048,8192 --iters 20 --warmup 3`, ~2 min) beside item 0's run, and an H200 run of the tiles.
 #    Both in one call, built on the CI machine in the sixty-eighth session: `bash build-x75/run.sh` (carry
 #    build-x75: main's tool and its trace build at 6a5c7dd's src, xz-packed; ~4 min: those rows, then mega's item
-#    traces at NVFP4 flash / pro 8192 and bf16 flash 8192). If build-x75 is gone: `xz -c build/tools/moe_ep >
+#    traces at NVFP4 flash / pro 8192, bf16 flash 8192 and NVFP4 flash 2048). If build-x75 is gone: `xz -c build/tools/moe_ep >
 #    build-x75/moe_ep_A.xz`; the trace build as build-c52's below (`-DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF`,
 #    its moe_ep_tool) as build-x75/moe_ep_T.xz; run.sh: the bench line above, then `TRACE_BIN=build-x75/moe_ep_T
-#    dev/trace_items.sh nvfp4:ds-v4-flash:8192 nvfp4:ds-v4-pro:8192 bf16:ds-v4-flash:8192`.
+#    dev/trace_items.sh nvfp4:ds-v4-flash:8192 nvfp4:ds-v4-pro:8192 bf16:ds-v4-flash:8192 nvfp4:ds-v4-flash:2048`.
 # 0. (sixty-fourth session) The GEMM tiles at T = 8192. The fold is done (5cd0733: every fold a word a
 #    lane, split NVFP4 -5-6 %; P3 ended: its pull items fold every row, main's dispatch a token once).
 #    P3c's trace (flash 8192, docs/benchmarks.md first section) puts ~590 of the 900-1100 us between
