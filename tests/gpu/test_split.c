@@ -1168,7 +1168,8 @@ static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
     sp.nt[0] = 280, sp.nt[1] = 0; /* ~140 rows an expert: mega's wide tiles one or two an expert, widths 64-144 */
     versus_reference("wgmma wide", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
     for (int p = MOE_EP_PATH_MXFP8; p < MOE_EP_PATH_COUNT_; p++) /* mega's 144-row register tiles at widths 64-144 */
-        versus_reference("144-row tile", &f, make_spec((moe_ep_path_t)p, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
+        for (int w = 0; w < MOE_EP_WIRE_COUNT_; w++) /* GEMM2's epilogue in each wire format */
+            versus_reference("144-row tile", &f, make_spec((moe_ep_path_t)p, (moe_ep_wire_t)w, 2, 512), &sp, &d, stream);
     dev_free(&d);
     fixture_free(&f);
     /* above the swapped range (E 2, K 2: ~600 / ~500 tokens a rank, ~1100 rows an expert): split's
