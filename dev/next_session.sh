@@ -21,7 +21,8 @@
 #    (`moe_ep bench --ranks 8 --geometry ds-v4-pro --paths fp8_block --backends split,mega --tokens
 #    8,64,512,2048,8192 --iters 20 --warmup 3`, ~2 min) beside item 0's run, and an H200 run of the tiles.
 #    Both in one call, built on the CI machine in the sixty-eighth session: `bash build-x75/run.sh` (carry
-#    build-x75: main's tool and its trace build at 6a5c7dd's src, xz-packed; ~4 min: those rows, then mega's item
+#    build-x75: main's test_split at 2bbd787 (its new 144-row cases on every wire, not yet run: run first, with
+#    split and mega), main's tool and its trace build at 6a5c7dd's src, xz-packed; ~5 min: those rows, then mega's item
 #    traces at NVFP4 flash / pro 8192, bf16 flash 8192 and NVFP4 flash 2048). If build-x75 is gone: `xz -c build/tools/moe_ep >
 #    build-x75/moe_ep_A.xz`; the trace build as build-c52's below (`-DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF`,
 #    its moe_ep_tool) as build-x75/moe_ep_T.xz; run.sh: the bench line above, then `TRACE_BIN=build-x75/moe_ep_T
