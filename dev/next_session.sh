@@ -27,9 +27,10 @@
 #    build-x75/moe_ep_A.xz`; the trace build as build-c52's below (`-DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF`,
 #    its moe_ep_tool) as build-x75/moe_ep_T.xz; run.sh: the bench line above, then `TRACE_BIN=build-x75/moe_ep_T
 #    dev/trace_items.sh nvfp4:ds-v4-flash:8192 nvfp4:ds-v4-pro:8192 bf16:ds-v4-flash:8192 nvfp4:ds-v4-flash:2048`.
-#    run.sh ends with split's NVFP4 GEMMs at flash 8192 under Nsight Compute (L2 throughput: whether the A16
-#    tiles' stage waits are L2's; design.md, sixty-eighth session: if so, a 2-block cluster multicasting the
-#    activation stage).
+#    run.sh ends with the lab's A16 tiles at 1536 rows an expert with FR_LAB_SKIP_LOADS 1 / 2 / 3 and the weights
+#    from L2, then split's NVFP4 GEMMs at flash 8192 under Nsight Compute: whether the A16 tiles' stage waits
+#    (14 % of a T = 8192 tile) are the loads' (design.md, sixty-eighth session: if so, a 2-block cluster
+#    multicasting the fp16 activation stage).
 # 0. (sixty-fourth session) The GEMM tiles at T = 8192. The fold is done (5cd0733: every fold a word a
 #    lane, split NVFP4 -5-6 %; P3 ended: its pull items fold every row, main's dispatch a token once).
 #    P3c's trace (flash 8192, docs/benchmarks.md first section) puts ~590 of the 900-1100 us between

@@ -38,7 +38,8 @@
  * KB/us a block printed; what a forward's tail gets when few blocks still
  * stream). Timing-only switches of fp8_rs_tile.cuh:
  * -DFR_LAB_SKIP_WIDEN, -DFR_LAB_SKIP_CMULT, -DFR_LAB_SKIP_LOADS=1|2|3 (stages past a tile's first
- * ring land without their activations / weights / both: the K loop without its L2 traffic; FR_LAB_SKIP_WSCALES is gone: the
+ * ring land without their activations / weights / both: the K loop without its L2 traffic; in the A16
+ * form too since the sixty-eighth session: its fp16 stages / weight stages; FR_LAB_SKIP_WSCALES is gone: the
  * weights' multipliers are made at load since, as records, rs_mults.cuh).
  * Inputs are random (E4M3 / E2M1 bytes, scales as scale_word); outputs are not checked. */
 #include <stdint.h>

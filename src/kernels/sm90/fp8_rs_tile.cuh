@@ -917,6 +917,12 @@ template <bool ARRIVE, int FMT, int BMA, int CT>
 __device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, const CUtensorMap *ta, int row0, int kt)
 {
     const int cs = kt % fr_smem<FMT, BMA, CT>::CVT;
+#ifdef FR_LAB_SKIP_LOADS /* the kernel lab's bit 1 for the fp16 stages: past the first ring, no bytes */
+    if (kt >= fr_smem<FMT, BMA, CT>::CVT && (FR_LAB_SKIP_LOADS & 1)) {
+        if constexpr (ARRIVE) mbar_arrive(&s.cvt_full[cs]);
+        return;
+    }
+#endif
     if constexpr (ARRIVE) mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
     else mbar_expect_tx_only(&s.cvt_full[cs], BMA * 256);
     tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
@@ -983,6 +989,12 @@ __device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const g
         for (int kt = 0; kt < n_k; kt++) {
             const int st = kt % RAW;
             tile_wait(g, &s.raw_empty[st], ((kt / RAW) & 1) ^ 1);
+#ifdef FR_LAB_SKIP_LOADS /* the kernel lab's bit 2: past the first ring, the weight stages land without bytes */
+            if (kt >= RAW && (FR_LAB_SKIP_LOADS & 2)) {
+                mbar_arrive(&s.raw_full[st]);
+                continue;
+            }
+#endif
             mbar_expect_tx(&s.raw_full[st], FR_BN * FR_WROW(FMT) + FR_WREC_BYTES(FMT));
             tma_load_2d(s.rb[st], tb, &s.raw_full[st], kt * FR_WROW(FMT), (int)b_row);
             if constexpr (FR_MX(FMT) || FR_NV(FMT)) /* the weights' multipliers (FP8-BLOCK: its scales, fr_produce_scales) */
