@@ -142,7 +142,7 @@ constexpr int mega_ctas_per_sm()
 template <int BM, int MODE, int SB, bool A16>
 __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM, MODE>()) mega_forward(const __grid_constant__ mega_params p)
 {
-    static_assert(!A16 || MEGA_A16_CAN(MODE, BM), "the A16 form: the 128-row MX, NVFP4 and FP8-BLOCK instances");
+    static_assert(!A16 || MEGA_A16_CAN(MODE, BM), "the A16 form: the 128-row MX, NVFP4 and FP8-BLOCK instances, the 144-row NVFP4 and MX ones");
     /* 1024: the register tile's stages (128-byte swizzle) start at smem itself (fr_smem_base) */
     extern __shared__ __align__(1024) uint8_t smem[];
     const moe_ep_mega_args_t &a = p.a;

@@ -32,12 +32,11 @@
  * whose wgmmas ptxas then serialised (C7511). */
 #define MEGA_CLAIM_CHECKS(m) ((m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS)
 #define MODE_TMA(m) ((m) == MODE_WGMMA || MODE_RS(m))
-/* The 128-row MX, NVFP4 and exact FP8-BLOCK instances that run the register tile's A16 form (their
- * template A16; moe_ep_a16_rows decides): fold items turn each m tile's rows
- * into fp16 once (fold_rows.cuh), before its GEMM1 and again before its GEMM2
+/* The register-tile instances that can run its A16 form (FR_A16_OF: the 128-row MX, NVFP4 and exact
+ * FP8-BLOCK ones, the 144-row NVFP4 and MX ones; their template A16, moe_ep_a16_rows decides): fold items
+ * turn each m tile's rows into fp16 once (fold_rows.cuh), before its GEMM1 and again before its GEMM2
  * items, instead of every tile widening them. */
-#define MEGA_A16_CAN(m, bm) \
-    (((m) == MODE_MX_RS || (m) == MODE_W4_RS || (m) == MODE_NV_RS || (m) == MODE_FP8_RS) && (bm) == 128 || ((m) == MODE_NV_RS || (m) == MODE_MX_RS || (m) == MODE_W4_RS) && (bm) == 144)
+#define MEGA_A16_CAN(m, bm) (MODE_RS(m) && FR_A16_OF(RS_FMT_OF(m), bm, 1))
 #define RS_FMT_OF(m) \
     ((m) == MODE_MX_RS ? RS_MXFP8 : (m) == MODE_W4_RS ? RS_W4A8 : (m) == MODE_NV_RS ? RS_NVFP4 : (m) == MODE_QG_RS ? RS_FP8_QG : RS_FP8_BLOCK)
 

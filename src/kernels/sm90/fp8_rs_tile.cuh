@@ -11,7 +11,7 @@
  *     round trip through shared memory;
  *   B (shared memory) = activations: the producer warpgroup widens the 128
  *     raw rows to fp16 in the wgmma layout; or, in the A16 form (template
- *     A16: the 128-row MX, NVFP4 and FP8-BLOCK instances), they come already
+ *     A16: FR_A16_OF's 128- and 144-row instances), they come already
  *     folded into fp16 (fold_rows.cuh, once per m tile instead of once per
  *     m tile and N tile) by TMA (fr_produce_a16).
  *
@@ -960,7 +960,7 @@ __device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT> &s, cons
     }
 }
 
-/* The A16 form (the 128-row MX, NVFP4 and FP8-BLOCK instances, g.a16 set): the activation
+/* The A16 form (the 128-row MX, NVFP4 and FP8-BLOCK instances, the 144-row NVFP4 and MX ones, g.a16 set): the activation
  * rows come folded once into fp16 (fold_rows.cuh: the values fr_widen_rows
  * would write), ta maps them ([rows][K] fp16 a16_pitch apart, boxes of 64 x BMA, the
  * 128-byte swizzle of the fp16 stages), and the producer only streams:
@@ -1371,7 +1371,7 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
                   "the raw weight stages 1024-aligned: the TMA swizzles by address, the consumers by row (fr_load_word)");
     smem_t &s = *(smem_t *)fr_tile_base<FMT, EPILOGUE>(smem_raw);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX, NVFP4 or FP8-BLOCK, 128 rows, one block an SM");
+    static_assert(!A16 || FR_A16_OF(FMT, BMA, CTAS), "the A16 form: MX, NVFP4 or FP8-BLOCK at 128 rows (NVFP4, MX at 144), one block an SM");
     if (threadIdx.x == 0) {
         constexpr int NT = FR_WIDEN_THREADS(BMA);
         /* A16: the widening threads arrive nowhere; the fp16 stages land by TMA (one arrival, the expect_tx) */
@@ -1471,7 +1471,7 @@ template <int FMT, int BMA>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
     fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw);
-    /* FOLD16: NVFP4's 128-row tiles compile GEMM1's outputs folded into fp16 (g.out16: mega's) */
+    /* FOLD16: NVFP4's 128- and 144-row tiles compile GEMM1's outputs folded into fp16 (g.out16: mega's) */
     epilogue<BMA, FR_BN, true, true, true, FR_NV(FMT) && BMA >= 128>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid,
                                                                    s.n0, threadIdx.x, blockDim.x);
 }

@@ -229,7 +229,7 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
             return;
         }
         if (g.N != g.N_out && g.out_fmt == MOE_EP_FORMAT_NVFP4) {
-            if (FOLD16 && g.out16) /* mega's 128-row NVFP4 tiles: GEMM2's rows folded here */
+            if (FOLD16 && g.out16) /* mega's 128- and 144-row NVFP4 tiles: GEMM2's rows folded here */
                 epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true, true, FOLD16>(g, C, row0, rows_valid, n0, tid, nthreads);
             else
                 epilogue_chunks_of<BM, BN, MOE_EP_FORMAT_NVFP4, true, true>(g, C, row0, rows_valid, n0, tid, nthreads);
@@ -259,7 +259,7 @@ __device__ void epilogue_chunks(const gemm_args &g, float (*C)[BN + 4], int64_t 
  * the run-time format's branches (mega's bf16 tile spilled 16 bytes with them).
  * E2M1_SHORT: the serial path's NVFP4 / FP4-wire blocks (store_out_block's).
  * FOLD16: GEMM1's NVFP4 outputs by chunks into g.out16 where that is set (a
- * template argument for the code's sake: only the 128-row NVFP4 tiles compile it). */
+ * template argument for the code's sake: only the 128- and 144-row NVFP4 tiles compile it). */
 template <int BM, int BN, bool CHUNKS = false, bool QGLU = false, bool E2M1_SHORT = true, bool FOLD16 = false>
 __device__ void epilogue(const gemm_args &g, float (*C)[BN + 4], int64_t row0, int rows_valid, int n0, int tid,
                          int nthreads)
