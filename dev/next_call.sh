@@ -3,7 +3,9 @@
 # dev/drafts/mega_rs144_rows.patch (the 144-row tiles' rows 128 a tile, the excess over 128 m_e 16 more in
 # the first tiles) built at 64346a5: its test_split with split and mega (2bbd787's 144-row cases on every wire
 # and the patch's case at 384 rows an expert), paired A / B at T = 2048 (A = main at 6a5c7dd's src), the
-# lab's A16 stage waits with loads skipped, then the emulated pro group's FP8-BLOCK rows. Trim by env:
+# lab's A16 stage waits with loads skipped and with the fp16 stages multicast over 2-block clusters
+# (rs_tile_mc0 / mc1: -DFR_LAB_ACT16 -DLAB_MC_CASES, mc1 with -DFR_LAB_MCAST=1), then the emulated pro group's
+# FP8-BLOCK rows. Trim by env:
 # TS_LIMIT, AB_LIMIT, AB_ROUNDS, AB_TOKENS, LAB_BEFORE, FP8B_BEFORE (seconds into the run).
 cd "$(dirname "$0")/.."
 . scripts/carried.sh
@@ -25,6 +27,12 @@ for v in base skip1 skip2 skip3 w2; do
   b=build-x76/rs_tile_$v; [ $v = w2 ] && b=build-x76/rs_tile_base
   if [ $v = w2 ]; then LAB_WEIGHT_EXPERTS=2 timeout 40 $b; else timeout 40 $b; fi > $OUT/lab_$v.txt 2>&1
   echo "== lab $v rc=$? $(el) s"; grep -A3 "t8192" $OUT/lab_$v.txt | grep -v "producer per tile" | cut -c1-190
+done
+# the A16 tiles with their fp16 stages multicast over 2-block clusters (lab-only FR_LAB_MCAST) against without
+for v in mc0 mc1; do
+  [ $(el) -lt ${LAB_BEFORE:-400} ] || break
+  timeout 60 build-x76/rs_tile_$v > $OUT/lab_$v.txt 2>&1; echo "== lab $v rc=$? $(el) s"
+  grep -A3 "^t[0-9]" $OUT/lab_$v.txt | grep -v "producer per tile" | cut -c1-190
 done
 (cd $OUT && tar czf lab.tgz lab_*.txt && rm -f lab_*.txt)
 if [ $(el) -lt ${FP8B_BEFORE:-430} ]; then

@@ -19,12 +19,16 @@
 #    tool at 6a5c7dd's src (build-x75's), B = main + dev/drafts/mega_rs144_rows.patch's tool and test_split,
 #    build-x75's lab binaries; ~9 min, trim by the env its header lists): B's test_split with split and mega
 #    (2bbd787's 144-row cases on every wire, not yet run, and the patch's case at 384 rows an expert), paired
-#    A / B at T = 2048, item 00's lab (the A16 stage waits with loads skipped), the emulated pro FP8-BLOCK rows.
+#    A / B at T = 2048, item 00's lab (the A16 stage waits with loads skipped), the lab's A16 tiles with their fp16
+#    stages multicast over 2-block clusters (rs_tile_mc1, -DFR_LAB_MCAST=1) against without (rs_tile_mc0), the
+#    emulated pro FP8-BLOCK rows. If mc1's NVFP4 1536-row tiles gain >= 5 % (their stage waits, 14 %, halved),
+#    the lead is mega's GEMM items claimed by 2-block clusters (two n tiles of one m tile).
 #    Predicted for B (mega fwd): flash 2048 -1-2 %, pro 2048 -1-1.5 % (the experts at <= 384 / 256 rows run
 #    128-row tiles: the lab's 384 / 256-row rows, +1.8 / +2.8 % for 144 against 128, undone), 8192 -0-2 %.
 #    If build-x76 is gone: `git apply dev/drafts/mega_rs144_rows.patch` in a worktree, cmake -DCMAKE_BUILD_TYPE=Release
 #    (ptxas guard on), its moe_ep_tool and test_split into build-x76 (moe_ep_B.xz, test_split.gz); moe_ep_A.xz and
-#    the lab binaries as item 00 says.
+#    the lab binaries as item 00 says; rs_tile_mc0 / mc1: dev/wgmma_lab/rs_tile.cu's nvcc line with -DFR_LAB_ACT16
+#    -DLAB_MC_CASES (mc1: and -DFR_LAB_MCAST=1).
 # 00. (sixty-eighth session) Done: the 144-row A16 tiles merged (6a5c7dd; GPU suite 7 / 7 on an H100; mega fwd
 #    -2-10 % at T >= 2048) and issue #4's tables after them (docs/benchmarks.md, first section; the emulated pro
 #    group's FP8-BLOCK rows missing: its bench ran past its limit). Left: that group's FP8-BLOCK rows
