@@ -911,8 +911,6 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     }
 }
 
-/* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, the bytes expected with the
- * thread's arrival (ARRIVE) or without (it arrives later, after its own stores for the stage). */
 #ifdef FR_LAB_MCAST
 /* The kernel lab's FR_LAB_MCAST (lab-only; the library never defines it): the A16 tiles in 2-block
  * clusters whose two blocks run the same m tile (two n tiles): each block loads one K half of an fp16
@@ -920,6 +918,7 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
  * slot is refilled once both blocks' consumers freed it (cvt_empty counts 512: 256 arrivals of its own
  * consumers, 256 of the peer's, remote); a cluster barrier after the barriers' init and before their
  * invalidation keeps the peer's copies and arrivals inside the tile. */
+#define FR_CVT_EMPTY_ARRIVALS 512 /* cvt_empty: both blocks' consumers */
 __device__ __forceinline__ uint32_t fr_cluster_rank()
 {
     uint32_t r;
@@ -949,8 +948,12 @@ __device__ __forceinline__ void fr_tma_load_2d_both(void *dst, const CUtensorMap
                  " [%0], [%1, {%2, %3}], [%4], %5;\n"
                  ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"((uint16_t)3) : "memory");
 }
+#else
+#define FR_CVT_EMPTY_ARRIVALS 256 /* cvt_empty: the block's 256 consumer threads */
 #endif
 
+/* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, the bytes expected with the
+ * thread's arrival (ARRIVE) or without (it arrives later, after its own stores for the stage). */
 template <bool ARRIVE, int FMT, int BMA, int CT>
 __device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, const CUtensorMap *ta, int row0, int kt)
 {
@@ -1426,10 +1429,9 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], (smem_t::ARAW || A16 ? 0 : NT) + 256);
         for (int i = 0; i < smem_t::ARAW; i++) mbar_init(&s.act_full[i], 1), mbar_init(&s.act_empty[i], NT);
         /* (FP8-BLOCK's A16: warps 1-3 stage the scales and arrive, fr_produce_scales) */
-        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? (FR_FP8B(FMT) ? 96 : 1) : NT), mbar_init(&s.cvt_empty[i], 256);
+        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? (FR_FP8B(FMT) ? 96 : 1) : NT), mbar_init(&s.cvt_empty[i], FR_CVT_EMPTY_ARRIVALS);
 #ifdef FR_LAB_MCAST
-        static_assert(!FR_LAB_MCAST || A16 && !FR_FP8B(FMT), "FR_LAB_MCAST: the NVFP4 / MX A16 tiles only");
-        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_empty[i], 512); /* both blocks' consumers */
+        static_assert(A16 && !FR_FP8B(FMT), "FR_LAB_MCAST: the NVFP4 / MX A16 tiles only");
 #endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
