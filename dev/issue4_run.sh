@@ -2,7 +2,7 @@
 # device (~350 s with the bench's 1500 ms warm-ups: slice ~105 s, emulated pro ~150, flash ~90): issue #4's tables with a carried moe_ep binary (gzipped in build-carry/):
 # the EP8 slice, then the emulated EP8 group one geometry a call, with nvidia-smi's SM clock and
 # power sampled throughout; everything tarred into $OUT/tables.tgz (the device returns <= 8 files).
-#   [ISSUE4_LIMITS="125 320 120"] dev/issue4_run.sh build-carry/moe_ep_X [extra bench args]   (carry build-carry)
+#   [ISSUE4_LIMITS="125 320 120" (0 skips one)] dev/issue4_run.sh build-carry/moe_ep_X [extra bench args]   (carry build-carry)
 # Then: tar -xzf tables.tgz; scripts/issue_tables.py t/slice.md; ... t/r8_flash.md t/r8_pro.md
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
@@ -19,11 +19,15 @@ smi=$!
 # (fifty-eighth session on an H100: slice 98 s, flash 85 s; pro past 180 s, its bf16, MXFP8 and
 # FP8-BLOCK layers timed one backend at a time: they do not fit the GPU together)
 read -r l1 l2 l3 <<< "${ISSUE4_LIMITS:-125 320 120}"
-timeout $l1 $B bench --out $OUT/t/slice.md $A > $OUT/t/slice.log 2>&1; echo "slice rc=$? $(( $(date +%s)-t0 )) s"
-timeout $l2 $B bench --ranks 8 --geometry ds-v4-pro --out $OUT/t/r8_pro.md $A > $OUT/t/r8_pro.log 2>&1; echo "r8 pro rc=$? $(( $(date +%s)-t0 )) s"
-timeout $l3 $B bench --ranks 8 --geometry ds-v4-flash --out $OUT/t/r8_flash.md $A > $OUT/t/r8_flash.log 2>&1; echo "r8 flash rc=$? $(( $(date +%s)-t0 )) s"
+bench() { # NAME LIMIT [bench args]: a limit of 0 skips it (timeout 0 would mean none)
+  local name=$1 limit=$2; shift 2; [ "$limit" -gt 0 ] || { echo "$name skipped"; return; }
+  timeout $limit $B bench --out $OUT/t/$name.md "$@" $A > $OUT/t/$name.log 2>&1; echo "$name rc=$? $(( $(date +%s)-t0 )) s"
+}
+bench slice $l1
+bench r8_pro $l2 --ranks 8 --geometry ds-v4-pro
+bench r8_flash $l3 --ranks 8 --geometry ds-v4-flash
 kill $smi
-grep -h "^- .*TFLOP\|^- copy\|^- the same" $OUT/t/slice.md $OUT/t/r8_pro.md
+grep -h "^- .*TFLOP\|^- copy\|^- the same" $OUT/t/*.md | sort -u
 python3 - $OUT/t/smi.csv <<'PY'
 import sys, statistics
 rows = [l.strip().split(', ') for l in open(sys.argv[1]) if l.count(',') >= 3]

@@ -26,9 +26,8 @@
  * expert (mega's 144-row tile since the sixty-eighth session: fp8_rs_tile.cuh's 144-row terms, 56 / 224
  * registers); with -DLAB_W144_MX MXFP8's and W4A8's GEMM1 too.
  * -DLAB_DECODE_FP8: LAB_DECODE's FP8-BLOCK lines at 32 and 16 rows only.
- * -DLAB_MC_CASES (with -DFR_LAB_ACT16): NVFP4 / MXFP8 / W4A8 A16 tiles at 1536, 384 and 96 rows an expert; with
- * -DFR_LAB_MCAST=1 too, in 2-block clusters whose fp16 stages are multicast (fp8_rs_tile.cuh: each block
- * loads one K half for both; the pair reads each activation byte from L2 once).
+ * -DLAB_MC_CASES (with -DFR_LAB_ACT16): NVFP4 / MXFP8 / W4A8 A16 tiles at 1536, 384 and 96 rows an expert (the
+ * seventieth session's multicast lab, FR_LAB_MCAST at 51af417, ran these in 2-block clusters: +24-44 %, removed).
  * -DLAB_PAIRED: the paired 16-row instances of every format launched as the backends do (two
  * blocks per SM, 80 registers), each beside the same ring at one block per SM, at flash decode;
  * with LAB_WEIGHT_EXPERTS=2 their weights come from L2 (the consumers' own bound).
@@ -100,13 +99,8 @@ __constant__ int g_weight_experts;
 #define LAB_A16(FMT, BMA, CT) false
 #endif
 
-#ifdef FR_LAB_MCAST /* blocks 2c and 2c + 1 run the same m tile (n tiles per m tile even): one cluster */
-#define LAB_CLUSTER __cluster_dims__(2, 1, 1)
-#else
-#define LAB_CLUSTER
-#endif
 template <int FMT, int BMA, int CT>
-__global__ void __launch_bounds__(384, CT) LAB_CLUSTER tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
+__global__ void __launch_bounds__(384, CT) tile_lab(gemm_args g, const __grid_constant__ CUtensorMap ta,
                                                     const __grid_constant__ CUtensorMap tb)
 {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -202,11 +196,7 @@ static void run_case(const lab_case &c, int E, int rows_per_expert, int sms, int
     const int smem = (int)FR_SMEM_BYTES_CT(FMT, BMA, CTS); /* + the stamps' 256 B of static shared memory */
     CHECK(cudaFuncSetAttribute(tile_lab<FMT, BMA, CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int per_sm = 0;
-#ifdef FR_LAB_MCAST /* a cluster kernel: one block an SM as the A16 tiles always are */
-    per_sm = 1;
-#else
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tile_lab<FMT, BMA, CT>, 384, smem));
-#endif
     if (per_sm < CT) {
         printf("%s: %d block(s) of %d B fit an SM, not %d\n", c.name, per_sm, smem, CT);
         return;
@@ -314,8 +304,7 @@ int main(void)
             LAB_E(RS_FP8_BLOCK, 16, glu ? "decode fp8_block gemm1 n16" : "decode fp8_block gemm2 n16", F8, F8, glu ? F8 : BF,
                   glu ? 4096 : 2048, 4096, glu, 32, rows);
         }
-#elif defined(LAB_MC_CASES) /* the A16 tiles with (-DFR_LAB_MCAST=1) and without their fp16 stages multicast over
-                              * 2-block clusters: flash T = 8192 (1536 rows an expert), 2048 (384), 512 (96) */
+#elif defined(LAB_MC_CASES) /* the A16 tiles at flash T = 8192 (1536 rows an expert), 2048 (384), 512 (96) */
     LAB_E(RS_NVFP4, 128, "t8192 nvfp4 gemm1 (1536 rows)", NV, NV, NV, 4096, 4096, 1, 32, 1536);
     LAB_E(RS_NVFP4, 144, "t8192 nvfp4 gemm1 (1536 rows, 144-row tiles)", NV, NV, NV, 4096, 4096, 1, 32, 1536);
     LAB_E(RS_NVFP4, 128, "t8192 nvfp4 gemm2 (1536 rows)", NV, NV, BF, 2048, 4096, 0, 32, 1536);

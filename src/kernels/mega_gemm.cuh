@@ -35,6 +35,45 @@ __device__ __forceinline__ int mega_spread_step(const mega_ctx &c, int e)
     return wg_tile_step(c.off[e + 1] - c.off[e], c.tile_off[e + 1] - c.tile_off[e]);
 }
 
+/* The rows of m tile mt of expert e (its first row0 and rows_valid) in the
+ * register tile's and mma.sync tiles' modes: BM a tile, but in the 144-row
+ * instances 128 a tile, and the excess over 128 m_e (m_e: the expert's m tiles,
+ * ceil(rows / 144)) 16 more in each of the first tiles: the K loop at N 144
+ * costs ~6 % more than at N 128 (the kernel lab, sixty-seventh session) and N 96
+ * what N 128 does, so an expert of 384 rows takes 3 x 128 (not 144 + 144 + 96),
+ * of 400 144 + 128 + 128. GEMM1, GEMM2, the fold, row and combine items map
+ * rows to tiles so (mega_row_tile); the bits do not depend on it (each output
+ * element one K chain whatever the tile's N). */
+__device__ __forceinline__ int mega_big_tiles(int rows, int m_e)
+{
+    return min(m_e, max(0, rows - 128 * m_e + 15) / 16);
+}
+
+template <int BM>
+__device__ __forceinline__ void mega_tile_rows(const mega_ctx &c, int e, int mt, int &row0, int &rows_valid)
+{
+    const int j = mt - c.tile_off[e];
+    if constexpr (BM == 144) {
+        const int rows = c.off[e + 1] - c.off[e], big = mega_big_tiles(rows, c.tile_off[e + 1] - c.tile_off[e]);
+        const int first = 128 * j + 16 * min(j, big), end = first + (j < big ? 144 : 128);
+        row0 = c.off[e] + first, rows_valid = min(end, rows) - first;
+    } else {
+        row0 = c.off[e] + j * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+    }
+}
+
+/* The m tile (of the expert's, from 0) of row p of expert e (p from its first row): mega_tile_rows' inverse. */
+template <int BM>
+__device__ __forceinline__ int mega_row_tile(const mega_ctx &c, int e, int p)
+{
+    if constexpr (BM == 144) {
+        const int big = mega_big_tiles(c.off[e + 1] - c.off[e], c.tile_off[e + 1] - c.tile_off[e]), edge = 144 * big;
+        return p < edge ? p / 144 : big + (p - edge) / 128;
+    } else {
+        return p / BM;
+    }
+}
+
 /* ---- The register tile's item protocol ----------------------------------
  * A GEMM item's done counter is raised (release_pending) not at the item's
  * end, where the fence waits ~1 us for the epilogue's stores to drain, but
@@ -149,7 +188,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
             const int step = mega_spread_step(c, e);
             row0 = c.off[e] + (mt - c.tile_off[e]) * step, rows_valid = min(step, c.off[e + 1] - row0);
         } else {
-            row0 = c.off[e] + (mt - c.tile_off[e]) * BM, rows_valid = min(BM, c.off[e + 1] - row0);
+            mega_tile_rows<BM>(c, e, mt, row0, rows_valid);
         }
         MEGA_TRACE_MARK(sh);
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */

@@ -1165,6 +1165,10 @@ static void test_wgmma_tile(uint64_t *rng, cudaStream_t stream)
     for (int p = MOE_EP_PATH_MXFP8; p < MOE_EP_PATH_COUNT_; p++)
         versus_reference("128-row tile uneven", &f, make_spec((moe_ep_path_t)p, MOE_EP_WIRE_BF16, 2, 512), &sp, &d,
                          stream);
+    sp.nt[1] = 256; /* ~384 rows an expert: mega's 144-row register tiles three an expert, 128 rows each up to 384 (mega_tile_rows) */
+    for (int p = MOE_EP_PATH_MXFP8; p < MOE_EP_PATH_COUNT_; p++)
+        versus_reference("144-row tile at 384 rows", &f, make_spec((moe_ep_path_t)p, MOE_EP_WIRE_BF16, 2, 512), &sp, &d,
+                         stream);
     sp.nt[0] = 280, sp.nt[1] = 0; /* ~140 rows an expert: mega's wide tiles one or two an expert, widths 64-144 */
     versus_reference("wgmma wide", &f, make_spec(MOE_EP_PATH_BF16, MOE_EP_WIRE_BF16, 2, 512), &sp, &d, stream);
     for (int p = MOE_EP_PATH_MXFP8; p < MOE_EP_PATH_COUNT_; p++) /* mega's 144-row register tiles at widths 64-144 */

@@ -911,47 +911,6 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
     }
 }
 
-#ifdef FR_LAB_MCAST
-/* The kernel lab's FR_LAB_MCAST (lab-only; the library never defines it): the A16 tiles in 2-block
- * clusters whose two blocks run the same m tile (two n tiles): each block loads one K half of an fp16
- * stage, multicast to both, so the pair reads each activation byte from L2 once instead of twice. A
- * slot is refilled once both blocks' consumers freed it (cvt_empty counts 512: 256 arrivals of its own
- * consumers, 256 of the peer's, remote); a cluster barrier after the barriers' init and before their
- * invalidation keeps the peer's copies and arrivals inside the tile. */
-#define FR_CVT_EMPTY_ARRIVALS 512 /* cvt_empty: both blocks' consumers */
-__device__ __forceinline__ uint32_t fr_cluster_rank()
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-
-__device__ __forceinline__ void fr_cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-/* Lane 0: its warp's 32 arrivals on the peer block's copy of mbarrier b (the same shared offset there);
- * the warp's wgmmas that read the slot completed for all its lanes (their wait is warp-collective). */
-__device__ __forceinline__ void fr_arrive_peer(uint64_t *b)
-{
-    if (threadIdx.x % 32 == 0)
-        asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra], 32;\n}\n"
-                     ::"r"(smem_u32(b)), "r"(fr_cluster_rank() ^ 1u) : "memory");
-}
-
-/* A 2D TMA box into dst and bar of both blocks of the cluster (the same shared offsets in each). */
-__device__ __forceinline__ void fr_tma_load_2d_both(void *dst, const CUtensorMap *map, uint64_t *bar, int x, int y)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"((uint16_t)3) : "memory");
-}
-#else
-#define FR_CVT_EMPTY_ARRIVALS 256 /* cvt_empty: the block's 256 consumer threads */
-#endif
-
 /* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, the bytes expected with the
  * thread's arrival (ARRIVE) or without (it arrives later, after its own stores for the stage). */
 template <bool ARRIVE, int FMT, int BMA, int CT>
@@ -966,13 +925,6 @@ __device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, con
 #endif
     if constexpr (ARRIVE) mbar_expect_tx(&s.cvt_full[cs], BMA * 256);
     else mbar_expect_tx_only(&s.cvt_full[cs], BMA * 256);
-#ifdef FR_LAB_MCAST /* this block's K half, into both blocks (the peer's half lands here too) */
-    if constexpr (ARRIVE) {
-        const int h = (int)fr_cluster_rank();
-        fr_tma_load_2d_both(s.a[cs][h], ta, &s.cvt_full[cs], kt * FR_BK + 64 * h, row0);
-        return;
-    }
-#endif
     tma_load_2d(s.a[cs][0], ta, &s.cvt_full[cs], kt * FR_BK, row0);
     tma_load_2d(s.a[cs][1], ta, &s.cvt_full[cs], kt * FR_BK + 64, row0);
 }
@@ -1354,9 +1306,6 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_
         }
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
-#ifdef FR_LAB_MCAST
-        if constexpr (FR_NV(FMT) || FR_MX(FMT)) fr_arrive_peer(&s.cvt_empty[cs]); /* the peer refills both blocks' slot */
-#endif
     }
     if constexpr (FR_MX(FMT)) { /* the sums times 2^(ref_x + ref_w), from the last stage (no loads follow it in this tile) */
         const int kt = g.K / FR_BK - 1, rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
@@ -1429,18 +1378,12 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         for (int i = 0; i < smem_t::RAW; i++) mbar_init(&s.raw_full[i], 1), mbar_init(&s.raw_empty[i], (smem_t::ARAW || A16 ? 0 : NT) + 256);
         for (int i = 0; i < smem_t::ARAW; i++) mbar_init(&s.act_full[i], 1), mbar_init(&s.act_empty[i], NT);
         /* (FP8-BLOCK's A16: warps 1-3 stage the scales and arrive, fr_produce_scales) */
-        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? (FR_FP8B(FMT) ? 96 : 1) : NT), mbar_init(&s.cvt_empty[i], FR_CVT_EMPTY_ARRIVALS);
-#ifdef FR_LAB_MCAST
-        static_assert(A16 && !FR_FP8B(FMT), "FR_LAB_MCAST: the NVFP4 / MX A16 tiles only");
-#endif
+        for (int i = 0; i < smem_t::CVT; i++) mbar_init(&s.cvt_full[i], A16 ? (FR_FP8B(FMT) ? 96 : 1) : NT), mbar_init(&s.cvt_empty[i], 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         s.row0 = row0, s.rows_valid = rows_valid, s.n0 = n0;
         s.c_scale = FR_NV(FMT) ? __fdiv_rn(1.0f, __fmul_rn(g.a_gs, g.b_gs[e])) : 1.0f; /* as the mma.sync tile */
     }
     __syncthreads();
-#ifdef FR_LAB_MCAST
-    fr_cluster_sync(); /* the peer's barriers initialised before any copy or arrival of this tile reaches them */
-#endif
     if (wg == 0) {
         if constexpr (CTAS == 1) setmaxnreg_dec<FR_PRODUCER_REGS(FMT, BMA)>();
         if constexpr (A16) fr_produce_a16<FMT, BMA, HOOK>(s, g, ta, tb, e, row0, rows_valid, n0, g.K / FR_BK, t);
@@ -1512,9 +1455,6 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
         wg_registers_back_arrive();
     }
     __syncthreads(); /* every TMA landed, every arrival made: the rings and C are free */
-#ifdef FR_LAB_MCAST
-    fr_cluster_sync(); /* the peer's arrivals on this block's barriers made */
-#endif
     if (threadIdx.x == 0) {
         tile_wait_report(g.error);
         for (int i = 0; i < smem_t::RAW; i++) mbar_inval(&s.raw_full[i]), mbar_inval(&s.raw_empty[i]);
