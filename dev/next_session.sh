@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the sixty-eighth session: item 0 (item 00 done); the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# Device plan (as of the seventieth session: item 000 done, its next step there; the sixty-eighth's item 0 (item 00 done); the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
 # too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
 # docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
 # `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
@@ -15,20 +15,12 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 000. (sixty-ninth session, no machine came in ~15 starts) `bash dev/next_call.sh` (carry build-x76: A = main's
-#    tool at 6a5c7dd's src (build-x75's), B = main + dev/drafts/mega_rs144_rows.patch's tool and test_split,
-#    build-x75's lab binaries; ~9 min, trim by the env its header lists): B's test_split with split and mega
-#    (2bbd787's 144-row cases on every wire, not yet run, and the patch's case at 384 rows an expert), paired
-#    A / B at T = 2048, item 00's lab (the A16 stage waits with loads skipped), the lab's A16 tiles with their fp16
-#    stages multicast over 2-block clusters (rs_tile_mc1, -DFR_LAB_MCAST=1) against without (rs_tile_mc0), the
-#    emulated pro FP8-BLOCK rows. If mc1's NVFP4 1536-row tiles gain >= 5 % (their stage waits, 14 %, halved),
-#    the lead is mega's GEMM items claimed by 2-block clusters (two n tiles of one m tile).
-#    Predicted for B (mega fwd): flash 2048 -1-2 %, pro 2048 -1-1.5 % (the experts at <= 384 / 256 rows run
-#    128-row tiles: the lab's 384 / 256-row rows, +1.8 / +2.8 % for 144 against 128, undone), 8192 -0-2 %.
-#    If build-x76 is gone: `git apply dev/drafts/mega_rs144_rows.patch` in a worktree, cmake -DCMAKE_BUILD_TYPE=Release
-#    (ptxas guard on), its moe_ep_tool and test_split into build-x76 (moe_ep_B.xz, test_split.gz); moe_ep_A.xz and
-#    the lab binaries as item 00 says; rs_tile_mc0 / mc1: dev/wgmma_lab/rs_tile.cu's nvcc line with -DFR_LAB_ACT16
-#    -DLAB_MC_CASES (mc1: and -DFR_LAB_MCAST=1).
+# 000. (seventieth session) Done: dev/drafts/mega_rs144_rows.patch merged (a1570cc; GPU suite 7 / 7 on an H100,
+#    mega fwd pro 2048 -1.6-2.6 %, flash flat), the skip-loads lab (the A16 stage waits are not the loads), the
+#    multicast lab (lost +24-44 %, removed), mega's item traces and issue #4's tables (slice, emulated flash and
+#    pro with FP8-BLOCK): docs/benchmarks.md, first section. Next: time the A16 tile's stage hand-offs in the
+#    lab (dev/wgmma_lab/rs_tile.cu -DFR_LAB_ACT16 -DLAB_MC_CASES: what the producer does between two fp16 stages'
+#    issues, per stage, with the stamps build), and an H200 run of the tables (no H200 came this session).
 # 00. (sixty-eighth session) Done: the 144-row A16 tiles merged (6a5c7dd; GPU suite 7 / 7 on an H100; mega fwd
 #    -2-10 % at T >= 2048) and issue #4's tables after them (docs/benchmarks.md, first section; the emulated pro
 #    group's FP8-BLOCK rows missing: its bench ran past its limit). Left: that group's FP8-BLOCK rows
