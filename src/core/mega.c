@@ -149,12 +149,12 @@ static void set_knobs(moe_ep_mega_args_t *a, const moe_ep_knobs_t *k, int64_t ro
     const int wide = t == 128 && a->d.path == MOE_EP_PATH_BF16 && a->d.wire == MOE_EP_WIRE_BF16 &&
                      rows > (int64_t)MOE_EP_BF16_SWAP_MIN_ROWS * E;
     if (wide) a->d.tile_rows = 144, a->d.bf16_swapped = 1;
-    /* The A16 register tiles (NVFP4 and W4A8 always, MXFP8 where moe_ep_a16_rows says) with more than
+    /* The A16 register tiles (NVFP4, W4A8 and in mega MXFP8 always: moe_ep_a16_rows) with more than
      * 128 rows an expert on average: their 144-row form (fp8_rs_tile.cuh), the same bits (each output
      * element one m64nNk16 chain whatever N); an expert of 257-288 rows (pro T = 2048) then takes 2
      * tiles, of 385-432 (flash 2048) 3 */
     const int rs_path = a->d.path == MOE_EP_PATH_NVFP4 || a->d.path == MOE_EP_PATH_MXFP8 || a->d.path == MOE_EP_PATH_W4A8;
-    const int a16 = a->b.act16 && moe_ep_a16_rows(a->d.path, rows, E);
+    const int a16 = a->b.act16 && moe_ep_a16_rows(MOE_EP_BACKEND_MEGA, a->d.path, rows, E);
     const int rs_wide = t == 128 && rs_path && a16 && rows > (int64_t)128 * E;
     if (rs_wide) a->d.tile_rows = 144;
     a->d.a16 = (a->d.tile_rows == 128 || rs_wide) && a16; /* MXFP8's 128-row instance: which form */

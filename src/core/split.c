@@ -49,7 +49,7 @@ static int64_t rows_capacity(const moe_ep_layer_config_t *c, int local_ranks)
 static int split_act16(const moe_ep_layer_config_t *c, int64_t rows, int E)
 {
     return c->backend != MOE_EP_BACKEND_REFERENCE && moe_ep_act16_on(c->path, c->hidden, c->intermediate, c->fp8_fast_accum) &&
-           moe_ep_a16_rows(c->path, rows, E);
+           moe_ep_a16_rows(c->backend, c->path, rows, E);
 }
 
 /* The sizes of every device buffer, in allocation order (see split_create). */
@@ -258,7 +258,7 @@ static void set_knobs(struct moe_ep_split_state *s, const moe_ep_knobs_t *k, int
 {
     s->dims.tile_rows = k->gemm_tile_rows, s->dims.gemm_ctas_per_sm = k->gemm_ctas_per_sm;
     s->dims.bf16_swapped = k->gemm_tile_rows == 128 && moe_ep_bf16_swapped(rows, E);
-    s->dims.a16 = k->gemm_tile_rows == 128 && s->bufs.act16 && moe_ep_a16_rows(s->dims.path, rows, E);
+    s->dims.a16 = k->gemm_tile_rows == 128 && s->bufs.act16 && moe_ep_a16_rows(MOE_EP_BACKEND_SPLIT, s->dims.path, rows, E);
 }
 
 static int cmp_float(const void *a, const void *b)

@@ -206,14 +206,14 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
         constexpr bool AFTER = BM >= 128 || FR_PAIRED(FMT, BM);
         fp8_rs_tile<FMT, BM, BM <= 64, !AFTER, mega_tile_hook<BM, MODE>, FR_CTAS_OF(FMT, BM), A16>(
             FIRST ? p.g1 : p.g2, FIRST ? &p.ta1 : &p.ta2, FIRST ? &p.tb1 : &p.tb2, smem, e, row0, rows_valid, n0);
-        if constexpr (AFTER) fr_epilogue_after<FMT, BM>(FIRST ? p.g1 : p.g2, smem);
+        if constexpr (AFTER) fr_epilogue_after<FMT, BM, A16>(FIRST ? p.g1 : p.g2, smem);
     }
     else
         gemm_tile<BM, MEGA_BN, MODE, SB, true>(FIRST ? p.g1 : p.g2, smem, e, row0, rows_valid, n0);
     sh = (mega_shared *)(smem + mega_shared_offset<BM, MODE>(a.d)); /* recomputed: no register kept across the tile */
     const mega_ctx c = ctx_of(a, sh);
     if constexpr (MODE_RS(MODE))
-        if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM>(smem); /* the item loop's next item */
+        if (threadIdx.x == 0) sh->next = fr_claimed<RS_FMT_OF(MODE), BM, A16>(smem); /* the item loop's next item */
     if constexpr (MEGA_DEFERS(MODE)) { /* the counter is raised later (release_pending), the item's writes drained by then */
         if (threadIdx.x == 0) sh->pending = FIRST ? &c.g1_done[sh->mt] : &c.g2_done[sh->mt];
     } else {

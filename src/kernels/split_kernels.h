@@ -94,15 +94,19 @@ static inline int moe_ep_act16_on(moe_ep_path_t path, int H, int I, int fp8_fast
  * (fifty-seventh session, docs/benchmarks.md): MXFP8 at 96 rows an expert
  * (flash T = 512) lost 3-6 % on both backends (the fold's passes, or in mega
  * its items' latency before an expert's only m tile), won 5-10 % at 384 and
- * 1536; W4A8 won 1-9 % at all three. */
+ * 1536; W4A8 won 1-9 % at all three. Since the A16 form's deeper fp16 ring
+ * (fr_smem's A16 layout, seventieth session) mega folds MXFP8 at every row
+ * count: at flash / pro T = 512 -4.5 / -4.2 % against the widening form,
+ * where split's forward lost 2.5 % (flash) and keeps the threshold. */
 /* Elements between two rows of act16: one buffer holds GEMM1's rows (H) and then GEMM2's (I). */
 #define MOE_EP_ACT16_PITCH(H, I) ((H) > (I) ? (H) : (I))
 #ifndef MOE_EP_A16_MXFP8_MIN_ROWS /* a lab switch: -DMOE_EP_A16_MXFP8_MIN_ROWS=N */
 #define MOE_EP_A16_MXFP8_MIN_ROWS 256
 #endif
-static inline int moe_ep_a16_rows(moe_ep_path_t path, long long rows, int E)
+static inline int moe_ep_a16_rows(moe_ep_backend_t backend, moe_ep_path_t path, long long rows, int E)
 {
-    return path == MOE_EP_PATH_W4A8 || path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_FP8_BLOCK || (path == MOE_EP_PATH_MXFP8 && rows >= (long long)MOE_EP_A16_MXFP8_MIN_ROWS * E);
+    return path == MOE_EP_PATH_W4A8 || path == MOE_EP_PATH_NVFP4 || path == MOE_EP_PATH_FP8_BLOCK ||
+           (path == MOE_EP_PATH_MXFP8 && (backend == MOE_EP_BACKEND_MEGA || rows >= (long long)MOE_EP_A16_MXFP8_MIN_ROWS * E));
 }
 /* Mega layers whose GEMM1 epilogue folds GEMM2's rows itself (bufs.act16_2): NVFP4, whose fold
  * takes a chunk alone (MX's needs the row's largest scale, known only once all of the row's GEMM1

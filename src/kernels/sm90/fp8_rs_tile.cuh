@@ -252,26 +252,42 @@ static inline moe_ep_status_t fr_check_regs(const void *kernel, const char *name
  * which keeps the raw weight stages after them 1024-aligned whatever RA (256 left MXFP8's 512 and
  * W4A8's 768 bytes off: the TMA swizzles by address, the consumers by row, fr_load_word; the
  * sixty-seventh session's wrong mega results). */
+#ifndef FR_RA_STAGE_BYTES /* the kernel lab may shrink it where every instance runs the A16 form (lab_deep_rings.h) */
 #define FR_RA_STAGE_BYTES(FMT, BMA) ((BMA) == 144 ? 1024 : (BMA) * FR_AROW(FMT))
+#endif
 
-/* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, FR_RAW_PAIRED_OF raw and 2 fp16 stages). */
-template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA)>
+/* The A16 form's own layout (fr_smem's A16): it never reads the raw activation stages, so in the 128-row
+ * MX tiles their shared memory holds more fp16 stages, MXFP8 3 and W4A8 4 (2 in the widening form, whose
+ * mega kernels spilled with 3). Their consumers waited for fp16 stages a third of the K loop at T = 512's
+ * shape. The kernel lab (seventieth session, dev/wgmma_lab/lab_deep_rings.h): MXFP8 GEMM1 / GEMM2 -8 /
+ * -6.5 % a tile at 96 rows an expert, W4A8 GEMM1 -7 %, MXFP8 GEMM1 at 1536 rows -2.3 % (NVFP4 and
+ * FP8-BLOCK flat: not taken); mega fwd at T = 512 W4A8 -3 / -6 % (flash / pro), MXFP8 -4 / -4.6 % with
+ * mega folding MXFP8 at every row count (moe_ep_a16_rows). */
+#define FR_A16_DEEP_OF(FMT, BMA, CT) (FR_MX(FMT) && (BMA) == 128 && (CT) == 1)
+#define FR_CVT_A16_OF(FMT) ((FMT) == RS_W4A8 ? 4 : 3)
+
+/* CT: blocks per SM the kernel runs (FR_CTAS_OF; 2: the paired ring, FR_RAW_PAIRED_OF raw and 2 fp16 stages).
+ * A16: the layout of the tile's A16 form (fr_produce_a16), which differs where FR_A16_DEEP_OF. */
+template <int FMT, int BMA, int CT = FR_CTAS_OF(FMT, BMA), bool A16 = false>
 struct fr_smem {
+    static constexpr bool DEEP = A16 && FR_A16_DEEP_OF(FMT, BMA, CT);
     /* (QGMMA's fp16 ring is a scale ring of 8-half stages, kept at 4: with 2 its raw
      * stages would start 64 bytes in, misaligned for their TMA) */
-    static constexpr int RAW = CT == 2 ? FR_RAW_PAIRED_OF(FMT, BMA) : FR_RAW_OF(FMT, BMA), CVT = CT == 2 && !FR_QG(FMT) ? 2 : FR_CVT_OF(FMT, BMA);
+    static constexpr int RAW = CT == 2 ? FR_RAW_PAIRED_OF(FMT, BMA) : FR_RAW_OF(FMT, BMA),
+                         CVT = CT == 2 && !FR_QG(FMT) ? 2 : DEEP ? FR_CVT_A16_OF(FMT) : FR_CVT_OF(FMT, BMA);
     static constexpr int ARAW = CT == 2 ? 0 : FR_ARAW_OF(FMT, BMA); /* the activations' own raw stages (0: in RAW's) */
     static constexpr int RA = ARAW ? ARAW : RAW;
+    static constexpr int RA_BYTES = DEEP ? 1024 : FR_RA_STAGE_BYTES(FMT, BMA); /* DEEP: unused, kept 1024 for rb's alignment */
     static constexpr int A_HALVES = FR_QG(FMT) ? 8 : BMA * 64; /* QG: no fp16 stages (8: to keep the array) */
     __half a[CVT][2][A_HALVES];         /* fp16 activations: 2 swizzle atoms of 64 K, BMA * 256 B per stage */
-    uint8_t ra[RA][FR_RA_STAGE_BYTES(FMT, BMA)]; /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
+    uint8_t ra[RA][RA_BYTES];           /* raw activations, BMA rows per stage: E4M3 128 B (128-byte
                                               swizzle), NVFP4's E2M1 64 B (64-byte swizzle) */
     uint8_t rb[RAW][FR_BN * FR_WROW(FMT)]; /* raw weights, 256 rows per stage: E4M3 128 B, E2M1 64 B */
     static constexpr int MREC = FR_WREC_WORDS(FMT); /* words of a stage's weight multipliers */
     uint32_t wrec[RAW][MREC];      /* MX, NVFP4: the weights' record of the stage (rs_mults.cuh; MX: the
                                       k32 multipliers [4][FR_BN] (MXFP8 f16, W4A8 f16x2), 2^ref_w [FR_BN]; NVFP4:
                                       uint16_t [8][FR_BN], the scales per k16 block), by bulk copy */
-    static constexpr int RINGS = CVT * A_HALVES * 4 + RA * FR_RA_STAGE_BYTES(FMT, BMA) + RAW * (FR_BN * FR_WROW(FMT) + MREC * 4);
+    static constexpr int RINGS = CVT * A_HALVES * 4 + RA * RA_BYTES + RAW * (FR_BN * FR_WROW(FMT) + MREC * 4);
     static constexpr int C_BYTES = BMA * (FR_BN + 4) * 4; /* the epilogue's fp32 C tile reuses the rings */
     uint8_t pad[(C_BYTES > RINGS ? C_BYTES - RINGS : 0) + 16];
     float sxw[CVT][2][BMA];        /* FP8-BLOCK: the stage's s_x * s_w per consumer (0 past the valid
@@ -286,7 +302,10 @@ struct fr_smem {
     int claimed;                      /* the item claimed by thread 0 (g.claim_counter), else unset */
 };
 
-#define FR_SMEM_BYTES_CT(FMT, BMA, CT) (sizeof(fr_smem<FMT, BMA, CT>) + 1024)
+/* Both forms' layouts: a kernel may run either (MXFP8's 128-row instances, moe_ep_a16_rows) */
+#define FR_SMEM_BYTES_CT(FMT, BMA, CT) \
+    ((sizeof(fr_smem<FMT, BMA, CT, true>) > sizeof(fr_smem<FMT, BMA, CT>) ? sizeof(fr_smem<FMT, BMA, CT, true>) \
+                                                                          : sizeof(fr_smem<FMT, BMA, CT>)) + 1024)
 #define FR_SMEM_BYTES(FMT, BMA) FR_SMEM_BYTES_CT(FMT, BMA, FR_CTAS_OF(FMT, BMA))
 /* d[32] (+)= A (64 x 16 f16, registers a[4]) . B^T (64 x 16 f16, descriptor db); scale_d = 0 zeroes d first. */
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d)
@@ -914,11 +933,11 @@ __device__ __forceinline__ void fr_produce(fr_smem<FMT, BMA, CT> &s, const gemm_
 /* The A16 form's fp16 stage kt (two boxes of 64 K) into its slot, the bytes expected with the
  * thread's arrival (ARRIVE) or without (it arrives later, after its own stores for the stage). */
 template <bool ARRIVE, int FMT, int BMA, int CT>
-__device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, const CUtensorMap *ta, int row0, int kt)
+__device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT, true> &s, const CUtensorMap *ta, int row0, int kt)
 {
-    const int cs = kt % fr_smem<FMT, BMA, CT>::CVT;
+    const int cs = kt % fr_smem<FMT, BMA, CT, true>::CVT;
 #ifdef FR_LAB_SKIP_LOADS /* the kernel lab's bit 1 for the fp16 stages: past the first ring, no bytes */
-    if (kt >= fr_smem<FMT, BMA, CT>::CVT && (FR_LAB_SKIP_LOADS & 1)) {
+    if (kt >= fr_smem<FMT, BMA, CT, true>::CVT && (FR_LAB_SKIP_LOADS & 1)) {
         if constexpr (ARRIVE) mbar_arrive(&s.cvt_full[cs]);
         return;
     }
@@ -937,10 +956,10 @@ __device__ __forceinline__ void fr_issue_a16_stage(fr_smem<FMT, BMA, CT> &s, con
  * rows' flight: loaded a stage ahead (fr_produce's way) they stayed live
  * across the wait and spilled the mega kernel's 56-register producer. */
 template <int FMT, int BMA, int CT>
-__device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
+__device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT, true> &s, const gemm_args &g, const CUtensorMap *ta,
                                                   int64_t b_row, int row0, int rows_valid, int n_k, int u)
 {
-    constexpr int CVT = fr_smem<FMT, BMA, CT>::CVT;
+    constexpr int CVT = fr_smem<FMT, BMA, CT, true>::CVT;
     const int b_words = (int)moe_ep_row_scale_bytes(g.b_fmt, g.K) / 4, a_words = g.a_scale_stride / 4;
     const bool v0 = u < min(rows_valid, BMA), v1 = u + 96 < min(rows_valid, BMA); /* 0 past the valid rows */
 #pragma unroll 1
@@ -972,11 +991,11 @@ __device__ __forceinline__ void fr_produce_scales(fr_smem<FMT, BMA, CT> &s, cons
  * arrival the TMA's (fr_produce_scales). No raw activations, no widening: each m
  * tile's rows were widened again by each of its N / 256 tiles. */
 template <int FMT, int BMA, typename HOOK, int CT>
-__device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const CUtensorMap *ta,
+__device__ __forceinline__ void fr_produce_a16(fr_smem<FMT, BMA, CT, true> &s, const gemm_args &g, const CUtensorMap *ta,
                                                const CUtensorMap *tb, int e, int row0, int rows_valid, int n0,
                                                int n_k, int t)
 {
-    typedef fr_smem<FMT, BMA, CT> smem_t;
+    typedef fr_smem<FMT, BMA, CT, true> smem_t;
     constexpr int RAW = smem_t::RAW, CVT = smem_t::CVT;
     const int64_t b_row = (int64_t)e * g.N + n0;
     if (t == 0 || t == 32) asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* rows other kernels (blocks) wrote */
@@ -1036,8 +1055,8 @@ struct fr_addr {
 #define FR_SXW_STAGE(BMA) (2 * (BMA) * 4)    /* bytes between scale-product stages */
 
 
-template <int FMT, int BMA, int CT>
-__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA, CT> &s, int h, int g, int q)
+template <int FMT, int BMA, int CT, bool A16>
+__device__ __forceinline__ fr_addr fr_addr_of(const fr_smem<FMT, BMA, CT, A16> &s, int h, int g, int q)
 {
     fr_addr a;
     a.frag = smem_u32(s.rb[0]) + (128 * h + g) * FR_WROW(FMT) + 4 * q;
@@ -1280,11 +1299,11 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
  * columns of accumulators are those of the wider one, and each output
  * element is the same m64nNk16 chain whatever N, so the sums are the same
  * bits; rows past NW keep their zeros, which no epilogue reads). */
-template <int FMT, int BMA, int NW, int CT>
-__device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT> &s, const gemm_args &g, const fr_addr &ad,
+template <int FMT, int BMA, int NW, int CT, bool A16>
+__device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT, A16> &s, const gemm_args &g, const fr_addr &ad,
                                            float (*acc)[BMA / 2], float *part)
 {
-    typedef fr_smem<FMT, BMA, CT> smem_t;
+    typedef fr_smem<FMT, BMA, CT, A16> smem_t;
 #pragma unroll 1
     for (int kt = 0; kt < g.K / FR_BK; kt++) {
         int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
@@ -1363,7 +1382,7 @@ template <int FMT, int BMA, bool CHUNK_EPILOGUE = true, bool EPILOGUE = true, ty
 __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMap *ta, const CUtensorMap *tb,
                                             uint8_t *smem_raw, int e, int row0, int rows_valid, int n0)
 {
-    typedef fr_smem<FMT, BMA, CTAS> smem_t;
+    typedef fr_smem<FMT, BMA, CTAS, A16> smem_t;
     static_assert(FR_SMEM_BYTES_CT(FMT, BMA, CTAS) <= FR_SMEM_LIMIT, "the register tile's shared memory");
     static_assert(sizeof(float) * BMA * (FR_BN + 4) <= offsetof(smem_t, sxw), "the C tile overlaps the scales");
     /* (QG's raw stages start 128 bytes on: it reads them through wgmma descriptors, not fr_load_word) */
@@ -1467,10 +1486,11 @@ __device__ __forceinline__ void fp8_rs_tile(const gemm_args &g, const CUtensorMa
  * block after it (C stays in shared memory until the next tile's first
  * barrier). A call, not inlined: inlined into the mega kernel, the chunk
  * epilogue made ptxas spill 24-300 bytes there (2026-11-30). */
-template <int FMT, int BMA>
+template <int FMT, int BMA, bool A16 = false>
 __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem_raw)
 {
-    fr_smem<FMT, BMA> &s = *(fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw);
+    typedef fr_smem<FMT, BMA, FR_CTAS_OF(FMT, BMA), A16> smem_t; /* the tile's form: its row0, rows_valid, n0 */
+    smem_t &s = *(smem_t *)fr_tile_base<FMT, false>(smem_raw);
     /* FOLD16: NVFP4's 128- and 144-row tiles compile GEMM1's outputs folded into fp16 (g.out16: mega's) */
     epilogue<BMA, FR_BN, true, true, true, FR_NV(FMT) && BMA >= 128>(g, (float(*)[FR_BN + 4])(void *)&s, s.row0, s.rows_valid,
                                                                    s.n0, threadIdx.x, blockDim.x);
@@ -1478,10 +1498,10 @@ __device__ __noinline__ void fr_epilogue_after(const gemm_args &g, uint8_t *smem
 
 /* The item thread 0 claimed in the tile just run (g.claim_counter set); for
  * thread 0 itself, which wrote it: no barrier needed. */
-template <int FMT, int BMA>
+template <int FMT, int BMA, bool A16 = false>
 __device__ __forceinline__ int fr_claimed(uint8_t *smem_raw)
 {
-    return ((fr_smem<FMT, BMA> *)fr_tile_base<FMT, false>(smem_raw))->claimed;
+    return ((fr_smem<FMT, BMA, FR_CTAS_OF(FMT, BMA), A16> *)fr_tile_base<FMT, false>(smem_raw))->claimed;
 }
 
 /* The tile's format for a GEMM's operand formats (-1: none). */
