@@ -18,9 +18,12 @@
 # 000. (seventieth session) Done: dev/drafts/mega_rs144_rows.patch merged (a1570cc; GPU suite 7 / 7 on an H100,
 #    mega fwd pro 2048 -1.6-2.6 %, flash flat), the skip-loads lab (the A16 stage waits are not the loads), the
 #    multicast lab (lost +24-44 %, removed), mega's item traces and issue #4's tables (slice, emulated flash and
-#    pro with FP8-BLOCK): docs/benchmarks.md, first section. Next: time the A16 tile's stage hand-offs in the
-#    lab (dev/wgmma_lab/rs_tile.cu -DFR_LAB_ACT16 -DLAB_MC_CASES: what the producer does between two fp16 stages'
-#    issues, per stage, with the stamps build), and an H200 run of the tables (no H200 came this session).
+#    pro with FP8-BLOCK): docs/benchmarks.md, first section. Then the 128-row MX A16 tiles' deeper fp16 rings
+#    (83cce84: mega fwd T = 512 MXFP8 -4-4.6 %, W4A8 -3-6 %; mega folds MXFP8 at every row count); the 144-row
+#    E2M1 tiles with 4 fp16 + 2 weight stages were flat in mega (not taken). Next: issue #4's tables at 83cce84
+#    (`ISSUE4_LIMITS="125 330 120" dev/issue4_run.sh X` with X = main's tool, xz-packed, ~9 min: two calls, the
+#    pro group alone), an H200 run of them (no H200 came this session), and the 144-row MX tiles' waits (no
+#    unread stages there: the lab's 1536-row tiles with a smaller weight record or 2 weight stages).
 # 00. (sixty-eighth session) Done: the 144-row A16 tiles merged (6a5c7dd; GPU suite 7 / 7 on an H100; mega fwd
 #    -2-10 % at T >= 2048) and issue #4's tables after them (docs/benchmarks.md, first section; the emulated pro
 #    group's FP8-BLOCK rows missing: its bench ran past its limit). Left: that group's FP8-BLOCK rows
