@@ -15,7 +15,7 @@
 #     first with -DLAB_PAIRED).
 #   the GPU suite of a tree: dev/gpu_suite_carried.sh DIR (its header: which tests, gzipped).
 # Calls, in order of value:
-# 000. (seventieth session) Done: dev/drafts/mega_rs144_rows.patch merged (a1570cc; GPU suite 7 / 7 on an H100,
+# 000. (seventieth session; next call: `bash dev/next_call.sh`, then `PART=pro bash dev/next_call.sh`, carry build-x83) Done: dev/drafts/mega_rs144_rows.patch merged (a1570cc; GPU suite 7 / 7 on an H100,
 #    mega fwd pro 2048 -1.6-2.6 %, flash flat), the skip-loads lab (the A16 stage waits are not the loads), the
 #    multicast lab (lost +24-44 %, removed), mega's item traces and issue #4's tables (slice, emulated flash and
 #    pro with FP8-BLOCK): docs/benchmarks.md, first section. Then the 128-row MX A16 tiles' deeper fp16 rings
