@@ -102,8 +102,7 @@ __device__ bool combine_group(const moe_ep_mega_args_t &a, const mega_staging &s
     group_slots(a, c, sh, first, count);
     __syncthreads();
     if (threadIdx.x < count * d.K && c.rows_s[threadIdx.x] >= 0) {
-        int e = c.expert_s[threadIdx.x], mt = c.tile_off[e] + (SPREAD ? (c.rows_s[threadIdx.x] - c.off[e]) / mega_spread_step(c, e)
-                                                    : mega_row_tile<BM>(c, e, c.rows_s[threadIdx.x] - c.off[e]));
+        int e = c.expert_s[threadIdx.x], mt = c.tile_off[e] + mega_row_tile<BM, SPREAD>(c, e, c.rows_s[threadIdx.x] - c.off[e]);
         ok = spin_until(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt);
     }
     if (!__syncthreads_and(ok)) return false;

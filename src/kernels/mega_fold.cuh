@@ -51,7 +51,7 @@ __device__ bool fold_item(const mega_params &p, mega_shared *sh, int mt)
     const mega_ctx c = ctx_of(a, sh);
     const int e = tile_expert(c.tile_off, a.d.E, mt);
     int row0, rows_valid;
-    mega_tile_rows<BM>(c, e, mt, row0, rows_valid);
+    mega_tile_rows<BM, false>(c, e, mt, row0, rows_valid);
     const gemm_args &g = FIRST ? p.g1 : p.g2;
     const int region = pinned_int(p.xs.sh_offset), K = pinned_int(g.K), ss = pinned_int(g.a_scale_stride);
     const int rb = FOLD_ROW_BYTES(KIND, K), pitch = pinned_int(g.a16_pitch), rps = min(BM, region / (MEGA_STAGES * (rb + ss)));

@@ -26,34 +26,36 @@ __device__ __forceinline__ void gemm_item_tile(const mega_ctx &c, int E, int n, 
 
 /* The row step of expert e's bf16 tiles (MODE_WGMMA; tile mt: rows off[e] +
  * (mt - tile_off[e]) * step, at most step of them): the rows spread evenly
- * over the expert's m tiles, as split's (wg_tile_step). GEMM1, GEMM2, the
- * row and the combine items all map rows to tiles so. The other modes step
- * by BM, written out where used: this helper there, even when it returned
- * BM, moved ptxas into C7511 at QG_RS 128 (thirtieth session). */
+ * over the expert's m tiles, as split's (wg_tile_step); mega_tile_rows' SPREAD
+ * form. The other modes never call it: even returning BM, it moved ptxas into
+ * C7511 at QG_RS 128 (thirtieth session). */
 __device__ __forceinline__ int mega_spread_step(const mega_ctx &c, int e)
 {
     return wg_tile_step(c.off[e + 1] - c.off[e], c.tile_off[e + 1] - c.tile_off[e]);
 }
 
-/* The rows of m tile mt of expert e (its first row0 and rows_valid) in the
- * register tile's and mma.sync tiles' modes: BM a tile, but in the 144-row
- * instances 128 a tile, and the excess over 128 m_e (m_e: the expert's m tiles,
- * ceil(rows / 144)) 16 more in each of the first tiles: the K loop at N 144
- * costs ~6 % more than at N 128 (the kernel lab, sixty-seventh session) and N 96
- * what N 128 does, so an expert of 384 rows takes 3 x 128 (not 144 + 144 + 96),
- * of 400 144 + 128 + 128. GEMM1, GEMM2, the fold, row and combine items map
- * rows to tiles so (mega_row_tile); the bits do not depend on it (each output
- * element one K chain whatever the tile's N). */
+/* The rows of m tile mt of expert e (its first row0 and rows_valid). SPREAD
+ * (MODE_WGMMA): spread evenly, mega_spread_step a tile. Else BM a tile, but in
+ * the 144-row instances 128 a tile, and the excess over 128 m_e (m_e: the
+ * expert's m tiles, ceil(rows / 144)) 16 more in each of the first tiles: the
+ * K loop at N 144 costs ~6 % more than at N 128 (the kernel lab, sixty-seventh
+ * session) and N 96 what N 128 does, so an expert of 384 rows takes 3 x 128
+ * (not 144 + 144 + 96), of 400 144 + 128 + 128. GEMM1, GEMM2, the fold, row
+ * and combine items map rows to tiles so (mega_row_tile); the bits do not
+ * depend on it (each output element one K chain whatever the tile's N). */
 __device__ __forceinline__ int mega_big_tiles(int rows, int m_e)
 {
     return min(m_e, max(0, rows - 128 * m_e + 15) / 16);
 }
 
-template <int BM>
+template <int BM, bool SPREAD>
 __device__ __forceinline__ void mega_tile_rows(const mega_ctx &c, int e, int mt, int &row0, int &rows_valid)
 {
     const int j = mt - c.tile_off[e];
-    if constexpr (BM == 144) {
+    if constexpr (SPREAD) {
+        const int step = mega_spread_step(c, e);
+        row0 = c.off[e] + j * step, rows_valid = min(step, c.off[e + 1] - row0);
+    } else if constexpr (BM == 144) {
         const int rows = c.off[e + 1] - c.off[e], big = mega_big_tiles(rows, c.tile_off[e + 1] - c.tile_off[e]);
         const int first = 128 * j + 16 * min(j, big), end = first + (j < big ? 144 : 128);
         row0 = c.off[e] + first, rows_valid = min(end, rows) - first;
@@ -63,10 +65,12 @@ __device__ __forceinline__ void mega_tile_rows(const mega_ctx &c, int e, int mt,
 }
 
 /* The m tile (of the expert's, from 0) of row p of expert e (p from its first row): mega_tile_rows' inverse. */
-template <int BM>
+template <int BM, bool SPREAD>
 __device__ __forceinline__ int mega_row_tile(const mega_ctx &c, int e, int p)
 {
-    if constexpr (BM == 144) {
+    if constexpr (SPREAD) {
+        return p / mega_spread_step(c, e);
+    } else if constexpr (BM == 144) {
         const int big = mega_big_tiles(c.off[e + 1] - c.off[e], c.tile_off[e + 1] - c.tile_off[e]), edge = 144 * big;
         return p < edge ? p / 144 : big + (p - edge) / 128;
     } else {
@@ -184,12 +188,7 @@ __device__ bool gemm_item(const mega_params &p, mega_shared *sh, uint8_t *smem, 
                  (FIRST ? block_wait(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                         : block_wait(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt));
         if (!ok) return false;
-        if constexpr (MODE == MODE_WGMMA) { /* after the wait: nothing more held across it */
-            const int step = mega_spread_step(c, e);
-            row0 = c.off[e] + (mt - c.tile_off[e]) * step, rows_valid = min(step, c.off[e + 1] - row0);
-        } else {
-            mega_tile_rows<BM>(c, e, mt, row0, rows_valid);
-        }
+        mega_tile_rows<BM, MODE == MODE_WGMMA>(c, e, mt, row0, rows_valid); /* after the wait: nothing more held across it */
         MEGA_TRACE_MARK(sh);
         if (threadIdx.x == 0) sh->mt = mt; /* read back after the tile: nothing stays live across it */
     }

@@ -106,12 +106,7 @@ __device__ bool rows_item(const moe_ep_mega_args_t &a, mega_shared *sh, int mt)
     if (!block_wait(&c.g2_done[mt], c.n2, a, MOE_EP_MEGA_WAIT_GEMM2, (uint32_t)mt)) return false;
     int e = tile_expert(c.tile_off, d.E, mt);
     int r0, n;
-    if (SPREAD) {
-        const int step = mega_spread_step(c, e);
-        r0 = c.off[e] + (mt - c.tile_off[e]) * step, n = min(step, c.off[e + 1] - r0);
-    } else {
-        mega_tile_rows<BM>(c, e, mt, r0, n);
-    }
+    mega_tile_rows<BM, SPREAD>(c, e, mt, r0, n);
     const int64_t row0 = r0;
     moe_ep_format_t yf = moe_ep_wire_format(d.wire);
     int64_t yd = moe_ep_row_data_bytes(yf, d.H), ys = moe_ep_row_scale_bytes(yf, d.H), per_rank = (int64_t)d.T_max * d.K;

@@ -59,8 +59,7 @@ __device__ __forceinline__ void run_claim(const mega_params &p, mega_shared *sh,
         const bool ok = gemm == 1 ? spin_until(&c.ready[e], c.off[e + 1] - c.off[e], a, MOE_EP_MEGA_WAIT_ROWS, (uint32_t)e)
                                   : spin_until(&c.g1_done[mt], c.n1, a, MOE_EP_MEGA_WAIT_GEMM1, (uint32_t)mt);
         if (!ok) gemm = 0, item = -1;
-        const int step = mega_spread_step(c, e); /* a bf16 run: MODE_WGMMA */
-        row0 = c.off[e] + (mt - c.tile_off[e]) * step, rows_valid = min(step, c.off[e + 1] - row0);
+        mega_tile_rows<BM, true>(c, e, mt, row0, rows_valid); /* a bf16 run: MODE_WGMMA */
     }
     mbar_wait_bounded(&sh->run_empty[q & 1], ((q >> 1) & 1) ^ 1, a.d.tile_wait_ns);
     int32_t *dq = sh->run_q[q & 1];
