@@ -74,7 +74,7 @@
  *
  * NVFP4 (RS_NVFP4): E2M1 x its E4M3 block scale is exact in fp16, so both
  * operands carry their per-16 scales, the wgmmas sum all of K into acc with
- * no promotion (fr_stage_nv: both blocks interleaved), and the epilogue
+ * no promotion (fr_consume_nv: both blocks interleaved), and the epilogue
  * multiplies by 1 / (S_x S_w). The scales are staged times 2^7 (FR_F16_2P7),
  * which also undoes moe_ep_e2m1x2_f16_bits' 2^-14 but for 2^-7 an operand, exactly. The
  * outputs go through epilogue_chunks (gemm_common.cuh) where the caller has
@@ -1159,31 +1159,24 @@ __device__ __forceinline__ void fr_widen_step(uint32_t *a, const fr_raw &r)
  * widens its bytes into a[kk % FR_RING] once step kk - FR_RING (the same
  * registers) is done and issues its wgmma; its words (fr_load_word) are
  * loaded FR_AHEAD words ahead. Then every step is waited for (the caller
- * promotes part; ACC, MX: the steps add onto part, the tile's sums). */
-template <int FMT, int BMA, int B, int NW, int CT, bool ACC = false>
-__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
+ * promotes part; ACC, MX: the steps add onto part, the tile's sums).
+ * fr_block_steps: the steps on the caller's fragment ring a (not QGMMA). RUN: 0 a block alone;
+ * 1 the first of a run of two on one ring (left in flight), 2 the second (each of its steps
+ * waits as the run's step 8 + kk would: the first block's last steps freed its slot). */
+template <int FMT, int BMA, int B, int NW, int CT, bool ACC = false, int RUN = 0>
+__device__ __forceinline__ void fr_block_steps(float *part, const fr_addr &ad, int rs, int cs, uint32_t (&a)[FR_RING_OF(FMT, BMA)][4])
 {
-    if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nNWk32 QGMMA */
-        const uint32_t w = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT), x = ad.act + rs * BMA * FR_AROW(FMT);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) /* +32 bytes (2 x 16 B) per k32 step, in both 128-byte swizzled operands */
-            fr_qgmma<NW>(part, smem_desc_u32(w) + 2 * kk, smem_desc_u32(x) + 2 * kk, kk > 0 ? 1 : 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        return;
-    }
     constexpr int WORDS = FR_WORDS(FMT), AHEAD = FR_AHEAD(FMT, BMA, CT);
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     constexpr int FR_RING = FR_RING_OF(FMT, BMA);
-    uint32_t a[FR_RING][4], x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
+    uint32_t x[WORDS], y[WORDS]; /* unrolled: each word lives from its load to its last step */
     fr_raw r = {};
 #pragma unroll
     for (int wi = 0; wi < AHEAD; wi++) fr_load_word<FMT>(x[wi], y[wi], ad, rs, B, wi);
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
         const int wi = FR_E2M1(FMT) ? kk / 2 : kk;
-        if (kk >= FR_RING) wgmma_wait<FR_RING - 1>();
+        if (kk >= FR_RING || RUN == 2) wgmma_wait<FR_RING - 1>(); /* RUN 2: the first block's last steps too */
         if ((!FR_E2M1(FMT) || kk % 2 == 0) && wi + AHEAD < WORDS) /* at word wi's first use: the word AHEAD on */
             fr_load_word<FMT>(x[wi + AHEAD], y[wi + AHEAD], ad, rs, B, wi + AHEAD);
         if (FR_MX(FMT) && kk % 2 == 0) { /* the k32 block's multipliers (MXFP8's f16 doubled into f16x2) */
@@ -1204,23 +1197,59 @@ __device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs,
         fr_wgmma<NW>(part, a[kk % FR_RING], db, ACC || kk > 0 ? 1 : 0); /* ACC: onto the sums (MX) */
         wgmma_commit();
     }
-    wgmma_wait<0>();
+    if constexpr (RUN != 1) wgmma_wait<0>();
 }
 
-/* NVFP4 on stage (rs, cs): no promotion, so the two m64 blocks' k16 steps
- * alternate into their own accumulators acc[0], acc[1] (16 commit groups,
- * FR_NV_RING - 1 wgmmas in flight while a fragment is widened) and the
- * warpgroup waits once per stage, before the stage is released. */
+template <int FMT, int BMA, int B, int NW, int CT, bool ACC = false>
+__device__ __forceinline__ void fr_block(float *part, const fr_addr &ad, int rs, int cs)
+{
+    if constexpr (FR_QG(FMT)) { /* both operands in shared memory: 4 x m64nNWk32 QGMMA */
+        const uint32_t w = ad.frag + rs * FR_RB_STAGE(FMT) + B * 64 * FR_WROW(FMT), x = ad.act + rs * BMA * FR_AROW(FMT);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) /* +32 bytes (2 x 16 B) per k32 step, in both 128-byte swizzled operands */
+            fr_qgmma<NW>(part, smem_desc_u32(w) + 2 * kk, smem_desc_u32(x) + 2 * kk, kk > 0 ? 1 : 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+    } else {
+        uint32_t a[FR_RING_OF(FMT, BMA)][4];
+        fr_block_steps<FMT, BMA, B, NW, CT, ACC>(part, ad, rs, cs, a);
+    }
+}
+
+/* MX (one block an SM): both m64 blocks of stage (rs, cs) onto their sums acc[0], acc[1] as one run
+ * of 16 k16 steps on one fragment ring (fr_block_steps' RUN), so that block 1's first steps are
+ * widened and issued beside block 0's last wgmmas rather than after a drain.
+ * Seventy-first session: kernel lab GEMM1 at 1536 rows -1.0-1.3 %; mega fwd W4A8 -0.5-1.1 % at T >=
+ * 512, MXFP8 -0.5-1 % at 8192 (flat at 512, pro 2048 +0.6 % inside its spread). */
+template <int FMT, int BMA, int NW, int CT>
+__device__ __forceinline__ void fr_blocks_mx(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
+{
+    uint32_t a[FR_RING_OF(FMT, BMA)][4];
+    fr_block_steps<FMT, BMA, 0, NW, CT, true, 1>(acc[0], ad, rs, cs, a);
+    fr_block_steps<FMT, BMA, 1, NW, CT, true, 2>(acc[1], ad, rs, cs, a);
+}
+
+/* NVFP4: the words of raw stage rs for both m64 blocks (x[b][w], y[b][w]: block b at weight rows
+ * 64 b BSTEP, word w) and its first multipliers (r.m). */
+template <int BSTEP = 1>
+__device__ __forceinline__ void fr_nv_words(uint32_t (&x)[2][4], uint32_t (&y)[2][4], fr_raw &r, const fr_addr &ad, int rs)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) fr_load_word<RS_NVFP4>(x[i % 2][i / 2], y[i % 2][i / 2], ad, rs, BSTEP * (i % 2), i / 2);
+    fr_load_mult_nv(r, ad, rs, 0, 0);
+}
+
+/* NVFP4 on stage (rs, cs), its words and first multipliers loaded (fr_nv_words): no promotion, so
+ * the two m64 blocks' k16 steps alternate into their own accumulators acc[0], acc[1] (16 commit
+ * groups, FR_NV_RING - 1 wgmmas in flight while a fragment is widened). Returns with the last
+ * FR_NV_RING - 1 steps in flight: the caller drains (wgmma_wait<0>) before it releases the stage. */
 template <int BMA, int NW = BMA, int BSTEP = 1> /* BSTEP: blocks b at weight rows 64 b BSTEP on (2: the kernel lab's pipelined form) */
-__device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
+__device__ __forceinline__ void fr_nv_steps(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs, const uint32_t (&x)[2][4],
+                                            const uint32_t (&y)[2][4], fr_raw &r)
 {
     const uint32_t act = ad.act + cs * FR_A_STAGE(BMA);
     uint32_t a[FR_NV_RING][4];
-    uint32_t x[2][4], y[2][4]; /* both blocks' words of the stage */
-#pragma unroll
-    for (int i = 0; i < 8; i++) fr_load_word<RS_NVFP4>(x[i % 2][i / 2], y[i % 2][i / 2], ad, rs, BSTEP * (i % 2), i / 2);
-    fr_raw r;
-    fr_load_mult_nv(r, ad, rs, 0, 0);
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         const int kk = i / 2, b = i % 2; /* k16 step, m64 block */
@@ -1233,7 +1262,56 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
         wgmma_commit();
         if (i < 15) fr_load_mult_nv(r, ad, rs, BSTEP * ((i + 1) % 2), (i + 1) / 2);
     }
+}
+
+/* NVFP4's whole stage, drained (the kernel lab's pipelined form, dev/wgmma_lab/fr_pipe.cuh). */
+template <int BMA, int NW = BMA, int BSTEP = 1>
+__device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
+{
+    uint32_t x[2][4], y[2][4];
+    fr_raw r;
+    fr_nv_words<BSTEP>(x, y, r, ad, rs);
+    fr_nv_steps<BMA, NW, BSTEP>(acc, ad, rs, cs, x, y, r);
     wgmma_wait<0>();
+}
+
+/* NVFP4: wait for stage k's raw and fp16 stages, then load its words and first multipliers. */
+template <typename S>
+__device__ __forceinline__ void fr_nv_ready(S &s, const gemm_args &g, const fr_addr &ad, int k, uint32_t (&x)[2][4],
+                                            uint32_t (&y)[2][4], fr_raw &r)
+{
+    FR_TRACE(5);
+    tile_wait(g, &s.raw_full[k % S::RAW], (k / S::RAW) & 1);
+    tile_wait(g, &s.cvt_full[k % S::CVT], (k / S::CVT) & 1);
+    FR_TRACE(6);
+    if (k == 0) FR_TRACE(1);
+    fr_nv_words(x, y, r, ad, k % S::RAW);
+}
+
+/* NVFP4's K loop. AHEAD (one block an SM): each stage's last steps run beside the next stage's
+ * barrier waits and word loads, which otherwise wait with the tensor pipe drained (a wgmma left
+ * in flight over the loop's back-edge instead: ptxas serialises the RS wgmmas, C7512); the paired
+ * instances (two blocks an SM, CT 2) have not the registers (the mega kernel's spilled 68 bytes).
+ * Seventy-first session: kernel lab at flash T = 8192's shape, the 128- / 144-row GEMM1 tiles -1.8
+ * / -2.4 %, GEMM2 -1.5 %; mega fwd -0.5-1.5 % (flash), 0-0.5 % (pro) at T >= 512. */
+template <int BMA, int NW, bool AHEAD, typename S>
+__device__ __forceinline__ void fr_consume_nv(S &s, const gemm_args &g, const fr_addr &ad, float (*acc)[BMA / 2])
+{
+    static_assert(!AHEAD || (S::RAW >= 2 && S::CVT >= 2), "AHEAD waits for the next stage before it frees this one");
+    const int n_k = g.K / FR_BK;
+    uint32_t x[2][4], y[2][4];
+    fr_raw r;
+    if (AHEAD) fr_nv_ready(s, g, ad, 0, x, y, r);
+#pragma unroll 1
+    for (int kt = 0; kt < n_k; kt++) {
+        const int rs = kt % S::RAW, cs = kt % S::CVT;
+        if (!AHEAD) fr_nv_ready(s, g, ad, kt, x, y, r);
+        fr_nv_steps<BMA, NW>(acc, ad, rs, cs, x, y, r);
+        if (AHEAD && kt + 1 < n_k) fr_nv_ready(s, g, ad, kt + 1, x, y, r);
+        wgmma_wait<0>();
+        mbar_arrive(&s.raw_empty[rs]);
+        mbar_arrive(&s.cvt_empty[cs]);
+    }
 }
 
 /* acc += part * s, s of the fragment's activation columns 8 j + 2 q, +1 (the
@@ -1304,32 +1382,36 @@ __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT, A16> &s, const 
                                            float (*acc)[BMA / 2], float *part)
 {
     typedef fr_smem<FMT, BMA, CT, A16> smem_t;
+    if constexpr (FR_NV(FMT)) { /* its own loop: fr_consume_nv */
+        fr_consume_nv<BMA, NW, CT == 1>(s, g, ad, acc);
+    } else {
 #pragma unroll 1
-    for (int kt = 0; kt < g.K / FR_BK; kt++) {
-        int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
-        FR_TRACE(5);
-        tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
-        tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
-        FR_TRACE(6);
-        if (kt == 0) FR_TRACE(1);
-        if constexpr (FR_NV(FMT)) { /* one fp32 sum over K: no promotion */
-            fr_stage_nv<BMA, NW>(acc, ad, rs, cs);
-        } else if constexpr (FR_MX(FMT)) { /* one fp32 sum over K: the scales folded whole (fr_store_scales) */
-            fr_block<FMT, BMA, 0, NW, CT, true>(acc[0], ad, rs, cs);
-            fr_block<FMT, BMA, 1, NW, CT, true>(acc[1], ad, rs, cs);
-        } else {
-            fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
-            fr_promote<NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
-            fr_block<FMT, BMA, 1, NW, CT>(part, ad, rs, cs);
-            fr_promote<NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
+        for (int kt = 0; kt < g.K / FR_BK; kt++) {
+            int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
+            FR_TRACE(5);
+            tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
+            tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
+            FR_TRACE(6);
+            if (kt == 0) FR_TRACE(1);
+            if constexpr (FR_MX(FMT) && CT == 1) { /* one fp32 sum over K: the scales folded whole (fr_store_scales) */
+                fr_blocks_mx<FMT, BMA, NW, CT>(acc, ad, rs, cs);
+            } else if constexpr (FR_MX(FMT)) { /* paired: block by block (fewer registers live) */
+                fr_block<FMT, BMA, 0, NW, CT, true>(acc[0], ad, rs, cs);
+                fr_block<FMT, BMA, 1, NW, CT, true>(acc[1], ad, rs, cs);
+            } else {
+                fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
+                fr_promote<NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
+                fr_block<FMT, BMA, 1, NW, CT>(part, ad, rs, cs);
+                fr_promote<NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
+            }
+            mbar_arrive(&s.raw_empty[rs]);
+            mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
         }
-        mbar_arrive(&s.raw_empty[rs]);
-        mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
-    }
-    if constexpr (FR_MX(FMT)) { /* the sums times 2^(ref_x + ref_w), from the last stage (no loads follow it in this tile) */
-        const int kt = g.K / FR_BK - 1, rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
-        fr_scale_sums<NW>(acc[0], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
-        fr_scale_sums<NW>(acc[1], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
+        if constexpr (FR_MX(FMT)) { /* the sums times 2^(ref_x + ref_w), from the last stage (no loads follow it in this tile) */
+            const int kt = g.K / FR_BK - 1, rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
+            fr_scale_sums<NW>(acc[0], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
+            fr_scale_sums<NW>(acc[1], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
+        }
     }
 }
 
