@@ -43,6 +43,8 @@
  * ring land without their activations / weights / both: the K loop without its L2 traffic; in the A16
  * form too since the sixty-eighth session: its fp16 stages / weight stages; FR_LAB_SKIP_WSCALES is gone: the
  * weights' multipliers are made at load since, as records, rs_mults.cuh).
+ * NVFP4's one-block tiles wait for each next stage beside in-flight wgmmas (fr_consume_nv's AHEAD,
+ * seventy-first session): their stamps time the first stage's wait only ("waits" then ~1 500 cycles a tile).
  * Inputs are random (E4M3 / E2M1 bytes, scales as scale_word); outputs are not checked. */
 #include <stdint.h>
 

@@ -1275,16 +1275,18 @@ __device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr
     wgmma_wait<0>();
 }
 
-/* NVFP4: wait for stage k's raw and fp16 stages, then load its words and first multipliers. */
-template <typename S>
+/* NVFP4: wait for stage k's raw and fp16 stages, then load its words and first multipliers.
+ * STAMPS: the kernel lab's clock stamps (FR_TRACE) around the waits; off where wgmmas are in flight
+ * (their shared-memory stores there cost the lab's AHEAD tiles 3-5 %). */
+template <bool STAMPS, typename S>
 __device__ __forceinline__ void fr_nv_ready(S &s, const gemm_args &g, const fr_addr &ad, int k, uint32_t (&x)[2][4],
                                             uint32_t (&y)[2][4], fr_raw &r)
 {
-    FR_TRACE(5);
+    if (STAMPS) FR_TRACE(5);
     tile_wait(g, &s.raw_full[k % S::RAW], (k / S::RAW) & 1);
     tile_wait(g, &s.cvt_full[k % S::CVT], (k / S::CVT) & 1);
-    FR_TRACE(6);
-    if (k == 0) FR_TRACE(1);
+    if (STAMPS) FR_TRACE(6);
+    if (STAMPS && k == 0) FR_TRACE(1);
     fr_nv_words(x, y, r, ad, k % S::RAW);
 }
 
@@ -1301,13 +1303,13 @@ __device__ __forceinline__ void fr_consume_nv(S &s, const gemm_args &g, const fr
     const int n_k = g.K / FR_BK;
     uint32_t x[2][4], y[2][4];
     fr_raw r;
-    if (AHEAD) fr_nv_ready(s, g, ad, 0, x, y, r);
+    if (AHEAD) fr_nv_ready<true>(s, g, ad, 0, x, y, r);
 #pragma unroll 1
     for (int kt = 0; kt < n_k; kt++) {
         const int rs = kt % S::RAW, cs = kt % S::CVT;
-        if (!AHEAD) fr_nv_ready(s, g, ad, kt, x, y, r);
+        if (!AHEAD) fr_nv_ready<true>(s, g, ad, kt, x, y, r);
         fr_nv_steps<BMA, NW>(acc, ad, rs, cs, x, y, r);
-        if (AHEAD && kt + 1 < n_k) fr_nv_ready(s, g, ad, kt + 1, x, y, r);
+        if (AHEAD && kt + 1 < n_k) fr_nv_ready<false>(s, g, ad, kt + 1, x, y, r);
         wgmma_wait<0>();
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_empty[cs]);
@@ -1372,6 +1374,40 @@ __device__ __forceinline__ void fr_store_fragment(float (*C)[FR_BN + 4], const f
 #define FR_N96_OF(FMT) 1
 #endif
 
+/* FP8-BLOCK's and MX's K loop (fr_consume's): stage by stage, each drained and released before the next
+ * one's waits (MX at one block an SM: both m64 blocks one run, fr_blocks_mx). */
+template <int FMT, int BMA, int NW, int CT, typename S>
+__device__ __forceinline__ void fr_consume_blocks(S &s, const gemm_args &g, const fr_addr &ad, float (*acc)[BMA / 2], float *part)
+{
+#pragma unroll 1
+    for (int kt = 0; kt < g.K / FR_BK; kt++) {
+        int rs = kt % S::RAW, cs = kt % S::CVT;
+        FR_TRACE(5);
+        tile_wait(g, &s.raw_full[rs], (kt / S::RAW) & 1);
+        tile_wait(g, &s.cvt_full[cs], (kt / S::CVT) & 1);
+        FR_TRACE(6);
+        if (kt == 0) FR_TRACE(1);
+        if constexpr (FR_MX(FMT) && CT == 1) { /* one fp32 sum over K: the scales folded whole (fr_store_scales) */
+            fr_blocks_mx<FMT, BMA, NW, CT>(acc, ad, rs, cs);
+        } else if constexpr (FR_MX(FMT)) { /* paired: block by block (fewer registers live) */
+            fr_block<FMT, BMA, 0, NW, CT, true>(acc[0], ad, rs, cs);
+            fr_block<FMT, BMA, 1, NW, CT, true>(acc[1], ad, rs, cs);
+        } else {
+            fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
+            fr_promote<NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
+            fr_block<FMT, BMA, 1, NW, CT>(part, ad, rs, cs);
+            fr_promote<NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
+        }
+        mbar_arrive(&s.raw_empty[rs]);
+        mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
+    }
+    if constexpr (FR_MX(FMT)) { /* the sums times 2^(ref_x + ref_w), from the last stage (no loads follow it in this tile) */
+        const int kt = g.K / FR_BK - 1, rs = kt % S::RAW, cs = kt % S::CVT;
+        fr_scale_sums<NW>(acc[0], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
+        fr_scale_sums<NW>(acc[1], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
+    }
+}
+
 /* The consumers' K loop: every stage's wgmmas with N = NW activation rows
  * (BMA, or fewer where the tile's valid rows allow: a wgmma's first NW
  * columns of accumulators are those of the wider one, and each output
@@ -1381,38 +1417,8 @@ template <int FMT, int BMA, int NW, int CT, bool A16>
 __device__ __forceinline__ void fr_consume(fr_smem<FMT, BMA, CT, A16> &s, const gemm_args &g, const fr_addr &ad,
                                            float (*acc)[BMA / 2], float *part)
 {
-    typedef fr_smem<FMT, BMA, CT, A16> smem_t;
-    if constexpr (FR_NV(FMT)) { /* its own loop: fr_consume_nv */
-        fr_consume_nv<BMA, NW, CT == 1>(s, g, ad, acc);
-    } else {
-#pragma unroll 1
-        for (int kt = 0; kt < g.K / FR_BK; kt++) {
-            int rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
-            FR_TRACE(5);
-            tile_wait(g, &s.raw_full[rs], (kt / smem_t::RAW) & 1);
-            tile_wait(g, &s.cvt_full[cs], (kt / smem_t::CVT) & 1);
-            FR_TRACE(6);
-            if (kt == 0) FR_TRACE(1);
-            if constexpr (FR_MX(FMT) && CT == 1) { /* one fp32 sum over K: the scales folded whole (fr_store_scales) */
-                fr_blocks_mx<FMT, BMA, NW, CT>(acc, ad, rs, cs);
-            } else if constexpr (FR_MX(FMT)) { /* paired: block by block (fewer registers live) */
-                fr_block<FMT, BMA, 0, NW, CT, true>(acc[0], ad, rs, cs);
-                fr_block<FMT, BMA, 1, NW, CT, true>(acc[1], ad, rs, cs);
-            } else {
-                fr_block<FMT, BMA, 0, NW, CT>(part, ad, rs, cs);
-                fr_promote<NW>(acc[0], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
-                fr_block<FMT, BMA, 1, NW, CT>(part, ad, rs, cs);
-                fr_promote<NW>(acc[1], part, ad.sxw + cs * FR_SXW_STAGE(BMA));
-            }
-            mbar_arrive(&s.raw_empty[rs]);
-            mbar_arrive(&s.cvt_empty[cs]); /* after the promotions: they read the stage's scales */
-        }
-        if constexpr (FR_MX(FMT)) { /* the sums times 2^(ref_x + ref_w), from the last stage (no loads follow it in this tile) */
-            const int kt = g.K / FR_BK - 1, rs = kt % smem_t::RAW, cs = kt % smem_t::CVT;
-            fr_scale_sums<NW>(acc[0], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT));
-            fr_scale_sums<NW>(acc[1], ad.sxw + cs * FR_SXW_STAGE(BMA), ad.sw + rs * FR_WREC_STAGE(FMT) + 256);
-        }
-    }
+    if constexpr (FR_NV(FMT)) fr_consume_nv<BMA, NW, CT == 1>(s, g, ad, acc);
+    else fr_consume_blocks<FMT, BMA, NW, CT>(s, g, ad, acc, part);
 }
 
 /* CHUNK_EPILOGUE: the epilogue by chunks of 8 columns per lane
