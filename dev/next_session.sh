@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device plan (as of the seventy-first session: its first call is dev/next_call.sh (the emulated groups at main + the GPU suite); then the leads of docs/design.md, "Issue #4's targets"; the seventieth session: item 000 done, its next step there; the sixty-eighth's item 0 (item 00 done); the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
+# Device plan (as of the seventy-first session: its first call is dev/next_call.sh (the emulated groups at main + the GPU suite); dev/drafts/rs_tile_mx_ahead.patch (lab first, then mega A / B); then the leads of docs/design.md, "Issue #4's targets"; the seventieth session: item 000 done, its next step there; the sixty-eighth's item 0 (item 00 done); the sixty-third's P3 ended; the sixty-first's 0y; the sixtieth's 0z; the fifty-ninth's pipelined A16 tile measured; before it the fifty-eighth's: NVFP4's and FP8-BLOCK's rows folded once into fp16 (A16)
 # too, dfe69bd / 11149ea; issue #4's tables at dfe69bd with FP8-BLOCK's rows at 11149ea in
 # docs/benchmarks.md's first section; mega's fold items in quarters measured and dropped). First
 # `status`: if it lists a multi-GPU kind, issue #7 comes first (`SPLIT_TIMEOUT=1 SPLIT_TESTS=1
