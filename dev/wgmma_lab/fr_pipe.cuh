@@ -134,7 +134,11 @@ __device__ __forceinline__ void fr_pipe_kloop(fr_pipe_smem<FMT> &s, const gemm_a
         const int rs = kt % FR_PIPE_RAW, cs = kt % FR_PIPE_CVT;
         tile_wait(g, &s.raw_full[rs], (ph & FR_PIPE_RAW_BIT(rs)) != 0);
         tile_wait(g, &s.cvt_full[cs], (ph & FR_PIPE_CVT_BIT(cs)) != 0);
-        fr_stage_nv<128, NW, 2>(acc, ad, rs, cs);
+        uint32_t x[2][4], y[2][4]; /* the stage's words, blocks 128 rows apart (BSTEP 2), drained at its end */
+        fr_raw r;
+        fr_nv_words<2>(x, y, r, ad, rs);
+        fr_nv_steps<128, NW, 2>(acc, ad, rs, cs, x, y, r);
+        wgmma_wait<0>();
         mbar_arrive(&s.raw_empty[rs]);
         mbar_arrive(&s.cvt_empty[cs]);
         ph ^= FR_PIPE_CVT_BIT(cs) | FR_PIPE_RAW_BIT(rs);

@@ -1264,17 +1264,6 @@ __device__ __forceinline__ void fr_nv_steps(float (*acc)[BMA / 2], const fr_addr
     }
 }
 
-/* NVFP4's whole stage, drained (the kernel lab's pipelined form, dev/wgmma_lab/fr_pipe.cuh). */
-template <int BMA, int NW = BMA, int BSTEP = 1>
-__device__ __forceinline__ void fr_stage_nv(float (*acc)[BMA / 2], const fr_addr &ad, int rs, int cs)
-{
-    uint32_t x[2][4], y[2][4];
-    fr_raw r;
-    fr_nv_words<BSTEP>(x, y, r, ad, rs);
-    fr_nv_steps<BMA, NW, BSTEP>(acc, ad, rs, cs, x, y, r);
-    wgmma_wait<0>();
-}
-
 /* NVFP4: wait for stage k's raw and fp16 stages, then load its words and first multipliers.
  * STAMPS: the kernel lab's clock stamps (FR_TRACE) around the waits; off where wgmmas are in flight
  * (their shared-memory stores there cost the lab's AHEAD tiles 3-5 %). */
