@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# seventy-second session's first call (~6 min): issue #4's emulated EP8 groups at main (the seventy-first
-# session ran only the slice after its merges) and the GPU suite, both from a carry dir built on the CI
-# machine (Release, ptxas guard on):
-#   cmake --build build -j2 --target moe_ep_tool test_split test_tiles test_device_codec test_fuzz_gpu \
-#     test_tile_wait test_nccl; mkdir -p build-xN; xz -c build/tools/moe_ep > build-xN/moe_ep_B.xz;
-#   for t in test_split test_tiles test_device_codec test_fuzz_gpu test_tile_wait test_nccl; do
-#     xz -c build/tests/$t > build-xN/$t.xz; done
-#   D=build-xN bash dev/next_call.sh            D=build-xN PART=pro bash dev/next_call.sh   (carry build-xN)
+# seventy-second session's planned call (~5 min; no device machine came for most of that session): the
+# consumer-loop lab of the register tile's shapes (dev/wgmma_lab/rs_nv_wide.cu: today's two m64 blocks at
+# n96 / n128 / n144 against one m64 block at n256, NVFP4 and MXFP8 fragments), then Nsight Compute's pipe,
+# stall and L2 / DRAM figures of split's register-tile GEMMs at flash T = 512 and 8192 (the same tile as
+# mega's; dev/ncu_pipes.sh), all from binaries built on the CI machine and carried in D:
+#   mkdir -p D; (cd dev/wgmma_lab && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 \
+#     -I../../include -I../../src rs_nv_wide.cu -o ../../D/rs_nv_wide)
+#   cmake --build build -j2 --target moe_ep_tool; gzip -c build/tools/moe_ep > D/moe_ep_A.gz
+#   D=D bash dev/next_call.sh      (carry D)
 cd "$(dirname "$0")/.."
+. scripts/carried.sh
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 D=${D:?carry dir}
-if [ "${PART:-}" = pro ]; then ISSUE4_LIMITS="0 330 0" dev/issue4_run.sh $D/moe_ep_B
-else bash dev/gpu_suite_carried.sh $D | tail -3; ISSUE4_LIMITS="125 0 120" dev/issue4_run.sh $D/moe_ep_B; fi
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout 60 $D/rs_nv_wide > /dev/null; timeout 60 $D/rs_nv_wide # the first run warms the clocks
+carried $D/moe_ep_A || exit 1
+export MOE_EP_BIN=$D/moe_ep_A
+t0=$(date +%s)
+for c in "nvfp4 512" "nvfp4 8192" "mxfp8 512" "w4a8 512" "fp8_block 512"; do
+  timeout 100 bash dev/ncu_pipes.sh $c ds-v4-flash split grouped_gemm 2 2>&1 |
+    grep -E "==|duration|hmma|issue_active|xu|alu|fma|lsu|uniform|wavefronts|scoreboard|stalled_wait|barrier|math_pipe|mio|dispatch|selected|no_instr|branch|lts|dram" |
+    sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//; s/.avg.pct_of_peak_sustained_(active|elapsed)//'
+  echo "t=$(( $(date +%s) - t0 )) s"
+done
