@@ -1264,18 +1264,25 @@ __device__ __forceinline__ void fr_nv_steps(float (*acc)[BMA / 2], const fr_addr
     }
 }
 
-/* NVFP4: wait for stage k's raw and fp16 stages, then load its words and first multipliers.
+/* Wait until K stage k's raw stage (TMA) and fp16 stage (converters) are full.
  * STAMPS: the kernel lab's clock stamps (FR_TRACE) around the waits; off where wgmmas are in flight
  * (their shared-memory stores there cost the lab's AHEAD tiles 3-5 %). */
 template <bool STAMPS, typename S>
-__device__ __forceinline__ void fr_nv_ready(S &s, const gemm_args &g, const fr_addr &ad, int k, uint32_t (&x)[2][4],
-                                            uint32_t (&y)[2][4], fr_raw &r)
+__device__ __forceinline__ void fr_wait_stage(S &s, const gemm_args &g, int k)
 {
     if (STAMPS) FR_TRACE(5);
     tile_wait(g, &s.raw_full[k % S::RAW], (k / S::RAW) & 1);
     tile_wait(g, &s.cvt_full[k % S::CVT], (k / S::CVT) & 1);
     if (STAMPS) FR_TRACE(6);
     if (STAMPS && k == 0) FR_TRACE(1);
+}
+
+/* NVFP4: wait for stage k, then load its words and first multipliers. */
+template <bool STAMPS, typename S>
+__device__ __forceinline__ void fr_nv_ready(S &s, const gemm_args &g, const fr_addr &ad, int k, uint32_t (&x)[2][4],
+                                            uint32_t (&y)[2][4], fr_raw &r)
+{
+    fr_wait_stage<STAMPS>(s, g, k);
     fr_nv_words(x, y, r, ad, k % S::RAW);
 }
 
@@ -1371,11 +1378,7 @@ __device__ __forceinline__ void fr_consume_blocks(S &s, const gemm_args &g, cons
 #pragma unroll 1
     for (int kt = 0; kt < g.K / FR_BK; kt++) {
         int rs = kt % S::RAW, cs = kt % S::CVT;
-        FR_TRACE(5);
-        tile_wait(g, &s.raw_full[rs], (kt / S::RAW) & 1);
-        tile_wait(g, &s.cvt_full[cs], (kt / S::CVT) & 1);
-        FR_TRACE(6);
-        if (kt == 0) FR_TRACE(1);
+        fr_wait_stage<true>(s, g, kt);
         if constexpr (FR_MX(FMT) && CT == 1) { /* one fp32 sum over K: the scales folded whole (fr_store_scales) */
             fr_blocks_mx<FMT, BMA, NW, CT>(acc, ad, rs, cs);
         } else if constexpr (FR_MX(FMT)) { /* paired: block by block (fewer registers live) */
