@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(384, 1) nv_rate(long long *cycles, float *sink
     setmaxnreg_inc<232>();
     const int h = wg - 1, lane = t % 32, g = 16 * (t / 32) + lane / 4, q = lane % 4, key = (g >> 1) & 3;
     constexpr int WROW = MX ? 128 : 64, WORDS = MX ? 8 : 4;
-    const uint32_t raw = smem_u32(smem) + (64 * BLOCKS * h + g) * WROW + 4 * q, mult = smem_u32(smem) + RAW_BYTES + 2 * g;
+    constexpr int MROW = MX ? 4 : 2; /* multiplier bytes a row: MX an f16x2 a k32 block, NVFP4 an f16 a k16 block */
+    const uint32_t raw = smem_u32(smem) + (64 * BLOCKS * h + g) * WROW + 4 * q, mult = smem_u32(smem) + RAW_BYTES + MROW * g;
     const uint32_t act = smem_u32(smem) + RAW_BYTES + MULT_BYTES;
     float acc[BLOCKS][N / 2];
 #pragma unroll
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(384, 1) nv_rate(long long *cycles, float *sink
             if (i >= RING) wgmma_wait<RING - 1>();
             uint32_t *f = a[i % RING];
             if constexpr (FIXED) f[0] = f[1] = f[2] = f[3] = 0x3c003c00u;
-            else if constexpr (MX) mx_fragment(f, x[b][kk], y[b][kk], mult + (kk / 2) * 1024 + (64 * BLOCKS * h + 64 * b) * 2);
+            else if constexpr (MX) mx_fragment(f, x[b][kk], y[b][kk], mult + (kk / 2) * 1024 + (64 * BLOCKS * h + 64 * b) * 4);
             else nv_fragment(f, x[b][kk / 2], y[b][kk / 2], kk, mult + kk * 512 + (64 * BLOCKS * h + 64 * b) * 2);
             wgmma_fence();
             lab_wgmma<N>(acc[b], f, smem_desc_u32(act + (kk / 4) * N * 128) + 2 * (kk % 4));
