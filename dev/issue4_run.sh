@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# device (~350 s with the bench's 1500 ms warm-ups: slice ~105 s, emulated pro ~150, flash ~90): issue #4's tables with a carried moe_ep binary (gzipped in build-carry/):
+# device (~350 s with the bench's 1500 ms warm-ups: slice ~105 s, emulated pro ~200-225, flash ~80-90 on an H100): issue #4's tables with a carried moe_ep binary (gzipped in build-carry/):
 # the EP8 slice, then the emulated EP8 group one geometry a call, with nvidia-smi's SM clock and
 # power sampled throughout; everything tarred into $OUT/tables.tgz (the device returns <= 8 files).
 #   [ISSUE4_LIMITS="125 320 120" (0 skips one)] dev/issue4_run.sh build-carry/moe_ep_X [extra bench args]   (carry build-carry)
+# It writes $OUT/tables.tgz itself and removes $OUT/t: a caller must not tar $OUT/t over it.
 # Then: tar -xzf tables.tgz; scripts/issue_tables.py t/slice.md; ... t/r8_flash.md t/r8_pro.md
 set -uo pipefail
 . "$(dirname "$0")/../scripts/carried.sh"
