@@ -1264,7 +1264,7 @@ __device__ __forceinline__ void fr_nv_steps(float (*acc)[BMA / 2], const fr_addr
     }
 }
 
-/* Wait until K stage k's raw stage (TMA) and fp16 stage (converters) are full.
+/* Wait until K stage k's raw (weight) stage and fp16 (activation) stage are full.
  * STAMPS: the kernel lab's clock stamps (FR_TRACE) around the waits; off where wgmmas are in flight
  * (their shared-memory stores there cost the lab's AHEAD tiles 3-5 %). */
 template <bool STAMPS, typename S>
