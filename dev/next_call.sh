@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# seventy-third session's call (~7 min): the consumer-shape lab's MXFP8 lines (dev/wgmma_lab/rs_nv_wide.cu,
-# its multiplier rows now 4-byte aligned), mega's item traces (dev/trace_items.sh) at the cells nearest
-# issue #4's targets, each beside the forward timed between events, then issue #4's emulated EP8 tables
-# (dev/issue4_run.sh, slice skipped), from binaries built on the CI machine and carried in D:
-#   mkdir -p D; (cd dev/wgmma_lab && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -DMOE_EP_HAVE_CUDA=1 \
-#     -I../../include -I../../src rs_nv_wide.cu -o ../../D/rs_nv_wide)
-#   a -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF build's tools/moe_ep gzipped as D/moe_ep_T.gz
-#   main's tools/moe_ep gzipped as D/moe_ep_A.gz
-#   D=D [TABLES=0] bash dev/next_call.sh      (carry D; $OUT: traces.tgz, tables.tgz, trace_summary.txt)
+# seventy-fourth session's call (~6 min): the forward's critical path at decode, shortened (the first
+# claim's error load beside its atomic, no error-word round trips in the setup and the plan, a dispatch
+# item's first rows loaded before the plan's wait, the combine's slot weights before its wait, the last
+# block's counter clearing limited to the m tiles used): the GPU suite of B, a paired A / B of mega at
+# T = 8 / 64 / 512, and B's item traces at three decode cells. Binaries built on the CI machine, in D:
+#   D/moe_ep_A.gz  main's tools/moe_ep (the seventy-third session's build-x90/moe_ep_A.gz: 066a2c6)
+#   D/moe_ep_B.gz  this tree with dev/drafts/mega_decode_chain.patch: tools/moe_ep (Release, ptxas guard on)
+#   D/moe_ep_T.gz  the same with -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF (tools/moe_ep)
+#   D/test_*.gz    its GPU tests (dev/gpu_suite_carried.sh's list; test_tiles left out: the carry limit)
+#   AB_PATHS=fp8_block,mxfp8,nvfp4,w4a8 D=D bash dev/next_call.sh   (carry D; $OUT: suite.txt,
+#     suite_logs.tgz, ab.txt, ab_md.tgz, traces.tgz, trace_summary.txt)
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 D=${D:?carry dir}
-nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 60 $D/rs_nv_wide > /dev/null; timeout 60 $D/rs_nv_wide | grep -E "MXFP8|n128, NVFP4|n256, NVFP4 fragments, ring 4"
-TRACE_BIN=$D/moe_ep_T timeout 200 bash dev/trace_items.sh ${CELLS:-nvfp4:ds-v4-flash:2048 nvfp4:ds-v4-pro:2048 \
-  bf16:ds-v4-flash:2048 nvfp4:ds-v4-flash:8192 fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:8 mxfp8:ds-v4-flash:64} \
+nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
+t0=$(date +%s)
+[ "${SUITE:-1}" = 0 ] || { OUT=$OUT/suite timeout 300 bash dev/gpu_suite_carried.sh $D > $OUT/suite.txt 2>&1
+  tail -12 $OUT/suite.txt; tar -C $OUT -czf $OUT/suite_logs.tgz suite && rm -rf $OUT/suite; echo "suite $(( $(date +%s)-t0 )) s"; }
+OUT=$OUT/ab timeout 330 bash scripts/ab.sh 2 $D/moe_ep_A $D/moe_ep_B -- --paths ${AB_PATHS:-fp8_block,mxfp8,nvfp4,w4a8,bf16} \
+  --backends mega --geometry ds-v4-flash,ds-v4-pro --tokens ${AB_TOKENS:-8,64,512} --iters 20 > $OUT/ab.txt 2>&1
+cat $OUT/ab.txt | tail -40; tar -C $OUT -czf $OUT/ab_md.tgz ab && rm -rf $OUT/ab; echo "ab $(( $(date +%s)-t0 )) s"
+TRACE_BIN=$D/moe_ep_T timeout 120 bash dev/trace_items.sh ${CELLS:-fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:8 nvfp4:ds-v4-pro:8} \
   > $OUT/trace_summary.txt 2>&1
 grep -h "mega timeline" $OUT/log_* 2>/dev/null
 tar -C $OUT -czf $OUT/traces.tgz $(cd $OUT && ls dump_* log_* 2>/dev/null) && rm -f $OUT/dump_* $OUT/log_*
-# issue4_run.sh writes $OUT/tables.tgz itself (do not tar over it)
-[ "${TABLES:-1}" = 0 ] || ISSUE4_LIMITS="0 230 110" bash dev/issue4_run.sh $D/moe_ep_A 2>&1 | tail -12
-ls -la $OUT
+echo "all $(( $(date +%s)-t0 )) s"; ls $OUT
