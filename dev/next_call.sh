@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# seventy-fourth session's second call (~2 min): where the decode forward's start and end go, from a lab
-# trace build of main (822acc7 plus two lab marks, compiled only with -DMOE_EP_MEGA_TRACE: the dispatch
-# item's tw = its rows encoded and their bulk stores issued, its stall = those stores complete; the exit's
-# tw = the exit count's round trip done, its stall = the last block's counters cleared), then the GPU
-# suite at main (build-x91's tests, built at cc7e30a: main's src since). Binaries built on the CI machine:
-#   L/moe_ep_L.gz: a git worktree of main with dev/drafts/lab_decode_marks.patch applied,
-#     cmake -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF, its moe_ep_tool
-#   L=L S=build-x91 bash dev/next_call.sh     (carry L and S; $OUT: traces.tgz, trace_summary.txt, suite.txt)
-# The first call of the session (the decode-chain draft, dev/drafts/mega_decode_chain.patch: suite,
-# paired A / B, traces) is in git history (dev/next_call.sh at cf6e737).
+# seventy-fifth session's first call (~4 min): is the decode dispatch item's 5-7.5 us for one token cold
+# code / parameters after the bench's L2 flush? (1) main's tool with `--flush none` against the default
+# read flush, mega fwd at T = 8 / 64, two rounds; (2) a lab trace build's step marks inside the dispatch
+# item (dev/drafts/lab_dispatch_steps.patch) with either flush. Binaries built on the CI machine:
+#   X/moe_ep_A.gz: main's tool (cmake -DCMAKE_BUILD_TYPE=Release, moe_ep_tool)
+#   X/moe_ep_L.gz: a worktree of main with dev/drafts/lab_dispatch_steps.patch applied, cmake
+#     -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF, its moe_ep_tool
+#   X=X bash dev/next_call.sh     (carry X; $OUT: flush_*.md, traces.tgz, steps.txt)
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
-L=${L:?carry dir of the lab trace build}
+X=${X:?carry dir}
+. scripts/carried.sh
+carried $X/moe_ep_A && carried $X/moe_ep_L || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
 t0=$(date +%s)
-TRACE_BIN=$L/moe_ep_L timeout 150 bash dev/trace_items.sh ${CELLS:-fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:8 nvfp4:ds-v4-pro:8 nvfp4:ds-v4-flash:2048} \
-  > $OUT/trace_summary.txt 2>&1
-grep -h "mega timeline" $OUT/log_* 2>/dev/null
+for r in 1 2; do
+  for f in read none; do
+    timeout 100 $X/moe_ep_A bench --paths ${PATHS:-fp8_block,mxfp8,nvfp4} --backends mega --geometry ds-v4-flash \
+      --tokens 8,64 --iters 20 --warmup 3 --sustain-ms 500 --flush $f --out $OUT/flush_r${r}_$f.md > $OUT/log_flush_r${r}_$f.txt 2>&1
+    echo "round $r flush $f rc=$? $(( $(date +%s)-t0 )) s"
+  done
+done
+python3 scripts/bench_compare.py $OUT/flush_r*_read.md -- $OUT/flush_r*_none.md 2>&1 | tail -16
+for f in read none; do
+  for c in fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:8 nvfp4:ds-v4-pro:8; do
+    IFS=: read -r path geo T <<< "$c"
+    MOE_EP_MEGA_TRACE_DUMP=$OUT/dump_${f}_${path}_${geo}_$T.txt timeout 60 $X/moe_ep_L bench --paths $path --backends mega \
+      --geometry $geo --tokens $T --iters 5 --warmup 1 --sustain-ms 200 --flush $f > $OUT/log_${f}_${path}_$T.txt 2>&1
+    echo "trace $f $c rc=$? $(grep -h 'mega timeline' $OUT/log_${f}_${path}_$T.txt | head -1)"
+  done
+done
+for f in read none; do echo "== flush $f"; python3 dev/dispatch_steps.py $OUT/dump_${f}_*.txt; done > $OUT/steps.txt 2>&1
 tar -C $OUT -czf $OUT/traces.tgz $(cd $OUT && ls dump_* log_* 2>/dev/null) && rm -f $OUT/dump_* $OUT/log_*
-echo "traces $(( $(date +%s)-t0 )) s"
-[ -z "${S:-}" ] || { OUT=$OUT/suite timeout 240 bash dev/gpu_suite_carried.sh $S > $OUT/suite.txt 2>&1; tail -12 $OUT/suite.txt; rm -rf $OUT/suite; }
+grep -A3 "^fp8_block\|count items" $OUT/steps.txt | head -30
 echo "all $(( $(date +%s)-t0 )) s"; ls $OUT

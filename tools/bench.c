@@ -62,7 +62,7 @@ static void usage_bench(void)
     printf("usage: moe_ep bench [--geometry ds-v4-flash,ds-v4-pro] [--tokens 8,64,512,2048,8192]\n"
            "                    [--paths all|bf16,mxfp8,nvfp4,w4a8,fp8_block] [--backends split[,mega]]\n"
            "                    [--wire bf16|mxfp8|fp4] [--ranks R | --nccl] [--iters N] [--warmup N]\n"
-           "                    [--fp8-fast-accum] [--tile-rows R] [--sustain-ms MS] [--flush read|memset]\n"
+           "                    [--fp8-fast-accum] [--tile-rows R] [--sustain-ms MS] [--flush read|memset|none]\n"
            "                    [--out FILE]\n"
            "  EP8 slice on one GPU: E/8 experts, top-K, T tokens, uniform routing, world size 1.\n"
            "  --ranks R (1..8): an emulated group of R ranks on the GPU, each with E/8 experts and T\n"
@@ -78,9 +78,10 @@ static void usage_bench(void)
            "  --sustain-ms MS (0 .. 600000, default 1500; 0: --warmup only): each cell's warm-up rounds last at least MS,\n"
            "  so that a cell is timed in the steady state its load settles in, past the power controller's\n"
            "  dip 0.6-0.9 s into a load (docs/benchmarks.md, 2026-12-02).\n"
-           "  --flush read|memset (default read): how the L2 is flushed before each timed call: a kernel reading\n"
+           "  --flush read|memset|none (default read): how the L2 is flushed before each timed call: a kernel reading\n"
            "  2 x L2 bytes (clean lines left), or a memset of them (the tables before 2026-12-04: the memset's\n"
-           "  dirty lines were written back inside the timed call).\n"
+           "  dirty lines were written back inside the timed call); none: no flush (a lab's yardstick of what\n"
+           "  cold code, parameters and data cost; not how the tables are timed).\n"
            "  Env MOE_EP_COMMIT names the commit in the header (else git rev-parse).\n");
 }
 
@@ -129,8 +130,11 @@ static int parse_option(void *opts, const char *k, const char *v)
     if (strcmp(k, "--out") == 0) return (o->out = v), 0;
     if (strcmp(k, "--sustain-ms") == 0) return slice_parse_int(v, 0, 600000, &o->sustain_ms);
     if (strcmp(k, "--flush") == 0) {
-        o->flush_by_memset = strcmp(v, "memset") == 0;
-        return o->flush_by_memset || strcmp(v, "read") == 0 ? 0 : -1;
+        o->flush_kind = strcmp(v, "read") == 0     ? SLICE_FLUSH_READS
+                        : strcmp(v, "memset") == 0 ? SLICE_FLUSH_MEMSET
+                        : strcmp(v, "none") == 0   ? SLICE_FLUSH_NONE
+                                                   : -1;
+        return o->flush_kind < 0 ? -1 : 0;
     }
     if (strcmp(k, "--ranks") == 0) return slice_parse_int(v, 1, SLICE_MAX_RANKS, &o->ranks);
     if (strcmp(k, "--tile-rows") == 0) {
@@ -620,7 +624,7 @@ static void bench_geometry(const bench_opts_t *o, const geometry_t *g, const cei
     }
     slice_t sl;
     int made = slice_make(&sl, g, bench_max_tokens(o), o->ranks);
-    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows, sl.flush_by_memset = o->flush_by_memset;
+    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows, sl.flush_kind = o->flush_kind;
     if (made)
         for (int p = 0; p < o->npath; p++)
             bench_path(o, &sl, ce, o->paths[p], s, &cells[p * o->nback], o->npath * o->nback);
@@ -690,7 +694,9 @@ static void print_header(FILE *f, const header_t *h, const bench_opts_t *o)
                " L2 flushed before each timed call (%s);"
                " inputs rotate over >= 2 sets; at each T a path's backends' forwards are timed in turn (one each per round, the order reversed every other round)\n",
             moe_ep_wire_name(o->wire), o->iters, o->warmup, o->sustain_ms,
-            o->flush_by_memset ? "a memset of 2 x L2 bytes, its dirty lines written back in the call" : "reads of 2 x L2 bytes");
+            o->flush_kind == SLICE_FLUSH_MEMSET ? "a memset of 2 x L2 bytes, its dirty lines written back in the call"
+            : o->flush_kind == SLICE_FLUSH_NONE ? "not at all (--flush none)"
+                                                : "reads of 2 x L2 bytes");
     fprintf(f, "- floor = max(bytes / copy bandwidth, FLOPs / tensor rate); FLOPs = 2*rows*3*H*I; bytes ="
                " weights of the experts hit (path format) + x and out (bf16) + rows*H (activation format)"
                " + rows*H (wire format); FP8 rate for mxfp8, w4a8, fp8_block, BF16 rate for bf16, nvfp4\n");

@@ -18,7 +18,7 @@ typedef struct {
     int fp8_fast_accum; /* 1: layers with config.fp8_fast_accum (fp8_block on QGMMA) */
     int tile_rows;      /* > 0: every layer's explicit knobs.gemm_tile_rows (--tile-rows); 0: the layer's choice */
     int sustain_ms;     /* each cell's warm-up lasts at least this long (--sustain-ms; see tools/bench.c) */
-    int flush_by_memset; /* --flush memset: the L2 flush a memset (dirty lines); else reads (slice.h) */
+    int flush_kind; /* --flush: SLICE_FLUSH_READS (default), _MEMSET (dirty lines) or _NONE (slice.h) */
     moe_ep_path_t paths[MOE_EP_PATH_COUNT_];
     moe_ep_backend_t backends[MOE_EP_BACKEND_COUNT_];
     moe_ep_wire_t wire;

@@ -211,7 +211,7 @@ static int bench_geometry(const bench_opts_t *o, const nccl_rank_t *r, const geo
     }
     slice_t sl;
     int ok = slice_make_rank(&sl, g, bench_max_tokens(o), r->world, r->rank);
-    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows, sl.flush_by_memset = o->flush_by_memset;
+    sl.fp8_fast_accum = o->fp8_fast_accum, sl.tile_rows = o->tile_rows, sl.flush_kind = o->flush_kind;
     for (int i = 0; ok && i < n; i++) cells[i].nvlink_bytes = nvlink_bytes(&sl, o->tokens[i % o->ntok], r->rank, o->wire);
     for (int p = 0; ok && p < o->npath; p++)
         for (int b = 0; ok && b < o->nback; b++)

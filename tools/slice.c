@@ -342,7 +342,8 @@ moe_ep_status_t slice_create_layer(const slice_t *sl, moe_ep_path_t p, moe_ep_wi
 int slice_flush_step(void *ctx, int iter, cudaStream_t s)
 {
     const slice_t *sl = ((const run_ctx_t *)ctx)->sl;
-    if (sl->flush_by_memset) return CK(cudaMemsetAsync(sl->flush, iter & 0xFF, sl->flush_bytes, s));
+    if (sl->flush_kind == SLICE_FLUSH_NONE) return 1;
+    if (sl->flush_kind == SLICE_FLUSH_MEMSET) return CK(cudaMemsetAsync(sl->flush, iter & 0xFF, sl->flush_bytes, s));
     return CK(slice_l2_read_sweep(sl->flush, sl->flush_bytes, sl->flush_sink, s));
 }
 

@@ -44,6 +44,8 @@ int slice_parse_args(int argc, char **argv, const char *tool, int (*option)(void
 
 #define SLICE_MAX_SETS 8
 #define SLICE_SEED 1
+/* bench --flush: how the L2 is emptied before each timed call (slice_flush_step) */
+enum { SLICE_FLUSH_READS = 0, SLICE_FLUSH_MEMSET = 1, SLICE_FLUSH_NONE = 2 };
 
 /* CUDA and moe_ep status checks: print the failure, return 0 on error. */
 #define CK(call) slice_cuda_ok((call), #call, __FILE__, __LINE__)
@@ -93,8 +95,8 @@ typedef struct {
     void *flush;        /* 2 x L2 bytes, swept before each timed call (slice_flush_step) */
     size_t flush_bytes;
     uint32_t *flush_sink; /* one device word the read sweep may write (l2_flush.cu) */
-    int flush_by_memset;  /* 1: the flush is a memset of `flush` (bench --flush memset; the tables
-                             before the fortieth session); 0: reads (l2_flush.cu), no dirty lines left */
+    int flush_kind;       /* SLICE_FLUSH_READS: reads (l2_flush.cu), no dirty lines left; _MEMSET: a memset of
+                             `flush` (bench --flush memset; the tables before the fortieth session); _NONE: none */
 } slice_t;
 
 /* The slice of geometry g (E % 8 == 0 and K <= E/8) for up to maxT tokens on
@@ -122,7 +124,7 @@ typedef struct {
     int T;
 } run_ctx_t;
 
-int slice_flush_step(void *ctx, int iter, cudaStream_t s);         /* L2 flush (flush_by_memset: how) */
+int slice_flush_step(void *ctx, int iter, cudaStream_t s);         /* L2 flush (flush_kind: how) */
 /* l2_flush.cu: every byte of buf (bytes % 16 == 0) read through L2 on s; sink: one device word. */
 cudaError_t slice_l2_read_sweep(const void *buf, size_t bytes, uint32_t *sink, cudaStream_t s);
 int slice_forward_step(void *ctx, int iter, cudaStream_t s);       /* moe_ep_layer_forward, every local rank */
