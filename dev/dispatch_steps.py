@@ -21,6 +21,10 @@ def report(label, recs):
     by = collections.defaultdict(list)
     for r in recs:
         by[r[1]].append(r)
+    start = by.get(7, [])
+    if start:
+        print(f"{label}: blocks' starts {us(min(r[2] for r in start)):.2f} .. {us(max(r[2] for r in start)):.2f}, "
+              f"their first claims {us(min(r[5] for r in start)):.2f} .. {us(max(r[5] for r in start)):.2f} us")
     count = by.get(1, [])
     if count:
         print(f"{label}: count items {len(count)}: start {us(min(r[2] for r in count)):.2f} .. end "
