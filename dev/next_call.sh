@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# seventy-fifth session's first call (~4 min): is the decode dispatch item's 5-7.5 us for one token cold
-# code / parameters after the bench's L2 flush? (1) main's tool with `--flush none` against the default
-# read flush, mega fwd at T = 8 / 64, two rounds; (2) a lab trace build's step marks inside the dispatch
-# item (dev/drafts/lab_dispatch_steps.patch) with either flush. Binaries built on the CI machine:
-#   X/moe_ep_A.gz: main's tool (cmake -DCMAKE_BUILD_TYPE=Release, moe_ep_tool)
-#   X/moe_ep_L.gz: a worktree of main with dev/drafts/lab_dispatch_steps.patch applied, cmake
+# seventy-fifth session's first call (~5 min): is the decode dispatch item's 5-7.5 us for one token cold
+# code / parameters after the bench's L2 flush? And the two-pass dispatch draft (B). (1) paired mega fwd at
+# T = 8: A = main's tool, N = the same with `--flush none`, B = dev/drafts/mega_dispatch_two_pass.patch
+# (a decode dispatch item encodes its rows before the plan's wait for the count items); (2) a lab trace
+# build's step marks inside the dispatch item (dev/drafts/lab_dispatch_steps.patch) with either flush;
+# (3) B's test_split with split and mega. Binaries built on the CI machine, gzipped:
+#   X/moe_ep_A: main's tool (cmake -DCMAKE_BUILD_TYPE=Release, moe_ep_tool)
+#   X/moe_ep_B, X/test_split: the same of a worktree with the draft applied (ptxas guard on)
+#   X/moe_ep_L: a worktree of main with dev/drafts/lab_dispatch_steps.patch applied, cmake
 #     -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF, its moe_ep_tool
-#   X=X bash dev/next_call.sh     (carry X; $OUT: flush_*.md, traces.tgz, steps.txt)
+#   X=X bash dev/next_call.sh     (carry X; $OUT: r*_[ABC].md, traces.tgz, steps.txt, test logs)
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 MOE_EP_KNOB_CACHE=off
 X=${X:?carry dir}
@@ -14,14 +17,11 @@ X=${X:?carry dir}
 carried $X/moe_ep_A && carried $X/moe_ep_L || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
 t0=$(date +%s)
-for r in 1 2; do
-  for f in read none; do
-    timeout 100 $X/moe_ep_A bench --paths ${PATHS:-fp8_block,mxfp8,nvfp4} --backends mega --geometry ds-v4-flash \
-      --tokens 8,64 --iters 20 --warmup 3 --sustain-ms 500 --flush $f --out $OUT/flush_r${r}_$f.md > $OUT/log_flush_r${r}_$f.txt 2>&1
-    echo "round $r flush $f rc=$? $(( $(date +%s)-t0 )) s"
-  done
-done
-python3 scripts/bench_compare.py $OUT/flush_r*_read.md -- $OUT/flush_r*_none.md 2>&1 | tail -16
+printf '#!/bin/sh\nexec %s/moe_ep_A "$@" --flush none\n' "$PWD/$X" > $X/moe_ep_N && chmod +x $X/moe_ep_N
+B=; [ -f $X/moe_ep_B.gz ] && B=$X/moe_ep_B
+OUT=$OUT timeout 240 bash scripts/ab.sh 2 $X/moe_ep_A $X/moe_ep_N $B -- --paths ${PATHS:-fp8_block,mxfp8,nvfp4} \
+  --backends mega --geometry ds-v4-flash --tokens ${TOKENS:-8} --iters 20 --warmup 3 --sustain-ms 500 2>&1 | tail -14
+echo "ab $(( $(date +%s)-t0 )) s"
 for f in read none; do
   for c in fp8_block:ds-v4-flash:8 mxfp8:ds-v4-flash:8 nvfp4:ds-v4-pro:8; do
     IFS=: read -r path geo T <<< "$c"
@@ -32,5 +32,10 @@ for f in read none; do
 done
 for f in read none; do echo "== flush $f"; python3 dev/dispatch_steps.py $OUT/dump_${f}_*.txt; done > $OUT/steps.txt 2>&1
 tar -C $OUT -czf $OUT/traces.tgz $(cd $OUT && ls dump_* log_* 2>/dev/null) && rm -f $OUT/dump_* $OUT/log_*
-grep -A3 "^fp8_block\|count items" $OUT/steps.txt | head -30
+grep -B1 -A4 "count items" $OUT/steps.txt | head -40
+echo "traces $(( $(date +%s)-t0 )) s"
+if [ -f $X/test_split.gz ]; then
+  carried $X/test_split && timeout 200 env MOE_EP_TEST_BACKENDS=split,mega $X/test_split > $OUT/test_split_mega.log 2>&1
+  echo "B test_split (split, mega) rc=$? $(tail -1 $OUT/test_split_mega.log)"; grep -m5 -A3 FAIL $OUT/test_split_mega.log
+fi
 echo "all $(( $(date +%s)-t0 )) s"; ls $OUT
