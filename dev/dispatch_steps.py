@@ -16,7 +16,11 @@ STEPS = {101: "x issued", 102: "slots", 103: "x in", 104: "enc t0", 105: "enc bl
 
 
 def report(label, recs):
-    z = min(r[2] for r in recs)
+    # step records hold the low 56 bits of their time (the id above them): the high bits are their item's
+    base = min(r[2] for r in recs if r[1] < 100)
+    recs = [r if r[1] < 100 else (r[0], r[1]) + tuple(((base >> 56) << 56) | x for x in r[2:4]) + (0, ((base >> 56) << 56) | r[5])
+            for r in recs]
+    z = min(r[2] for r in recs if r[1] < 100)
     us = lambda t: (t - z) / 1e3
     by = collections.defaultdict(list)
     for r in recs:

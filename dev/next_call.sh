@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
 t0=$(date +%s)
 printf '#!/bin/sh\nexec %s/moe_ep_A "$@" --flush none\n' "$PWD/$X" > $X/moe_ep_N && chmod +x $X/moe_ep_N
 B=; [ -f $X/moe_ep_B.gz ] && B=$X/moe_ep_B
-OUT=$OUT timeout 240 bash scripts/ab.sh 2 $X/moe_ep_A $X/moe_ep_N $B -- --paths ${PATHS:-fp8_block,mxfp8,nvfp4} \
+[ -n "${TRACES_ONLY:-}" ] || OUT=$OUT timeout 240 bash scripts/ab.sh 2 $X/moe_ep_A $X/moe_ep_N $B -- --paths ${PATHS:-fp8_block,mxfp8,nvfp4} \
   --backends mega --geometry ds-v4-flash --tokens ${TOKENS:-8} --iters 20 --warmup 3 --sustain-ms 500 2>&1 | tail -14
 echo "ab $(( $(date +%s)-t0 )) s"
 for f in read none; do
@@ -31,10 +31,10 @@ for f in read none; do
   done
 done
 for f in read none; do echo "== flush $f"; python3 dev/dispatch_steps.py $OUT/dump_${f}_*.txt; done > $OUT/steps.txt 2>&1
-tar -C $OUT -czf $OUT/traces.tgz $(cd $OUT && ls dump_* log_* 2>/dev/null) && rm -f $OUT/dump_* $OUT/log_*
+for f in $OUT/dump_*; do sed "s|^|$(basename $f .txt) |" $f; done | gzip > $OUT/dumps.txt.gz; rm -f $OUT/dump_* $OUT/log_*
 grep -B1 -A4 "count items" $OUT/steps.txt | head -40
 echo "traces $(( $(date +%s)-t0 )) s"
-if [ -f $X/test_split.gz ]; then
+if [ -z "${TRACES_ONLY:-}" ] && [ -f $X/test_split.gz ]; then
   carried $X/test_split && timeout 200 env MOE_EP_TEST_BACKENDS=split,mega $X/test_split > $OUT/test_split_mega.log 2>&1
   echo "B test_split (split, mega) rc=$? $(tail -1 $OUT/test_split_mega.log)"; grep -m5 -A3 FAIL $OUT/test_split_mega.log
 fi
