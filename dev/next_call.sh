@@ -34,6 +34,11 @@ for f in read none; do echo "== flush $f"; python3 dev/dispatch_steps.py $OUT/du
 for f in $OUT/dump_*; do sed "s|^|$(basename $f .txt) |" $f; done | gzip > $OUT/dumps.txt.gz; rm -f $OUT/dump_* $OUT/log_*
 grep -B1 -A4 "count items" $OUT/steps.txt | head -40
 echo "traces $(( $(date +%s)-t0 )) s"
+if [ -n "${PAIR:-}" ] && [ -n "$B" ]; then # the draft against main only, more rounds
+  OUT=$OUT/pair timeout 200 bash scripts/ab.sh ${PAIR} $X/moe_ep_A $B -- --paths fp8_block,mxfp8 --backends mega \
+    --geometry ds-v4-flash --tokens 8,64 --iters 20 --warmup 3 --sustain-ms 500 2>&1 | tail -8
+  echo "pair $(( $(date +%s)-t0 )) s"
+fi
 if [ -z "${TRACES_ONLY:-}" ] && [ -f $X/test_split.gz ]; then
   carried $X/test_split && timeout 200 env MOE_EP_TEST_BACKENDS=split,mega $X/test_split > $OUT/test_split_mega.log 2>&1
   echo "B test_split (split, mega) rc=$? $(tail -1 $OUT/test_split_mega.log)"; grep -m5 -A3 FAIL $OUT/test_split_mega.log
