@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
         if ((uint32_t)__cvta_generic_to_shared(smem) & 1023u) /* not seen; every item then ends at once */
             moe_ep_dev_fail(a.b.error, MOE_EP_DEVERR_SMEM_ALIGN, (uint32_t)__cvta_generic_to_shared(smem));
         tile_wait_arm();
-        sh->n_tok = -1, sh->tiles = -1, sh->next = -1;
+        sh->n_tok = -1, sh->tiles = -1, sh->next = -1, sh->encoded = 0;
         if constexpr (MEGA_CLAIM_CHECKS(MODE)) sh->error = a.b.error, sh->claim_failed = 0;
         if constexpr (MEGA_DEFERS(MODE)) { /* for the register tile's hook (gemm_dependency), which has no args */
             sh->pending = nullptr, sh->dep_item = -1;
@@ -194,12 +194,14 @@ __global__ void __launch_bounds__(mega_threads<BM, MODE>(), mega_ctas_per_sm<BM,
             count_item(a, sh, i);
             continue;
         }
-        if (sh->tiles < 0 && !mega_plan<BM, A16>(a, sh, p.xs.fold_bytes > 0, p.g1.out16 != nullptr)) break;
         i -= sh->n_count;
+        const int pass = i < sh->n_groups ? dispatch_pass<MODE>(p, sh) : DISPATCH_WHOLE;
+        if (sh->tiles < 0 && pass != DISPATCH_ENCODE && !mega_plan<BM, A16>(a, sh, p.xs.fold_bytes > 0, p.g1.out16 != nullptr))
+            break;
         if (i < sh->n_groups) {
             MEGA_TRACE_OPEN(sh, MOE_EP_MEGA_ITEM_DISPATCH);
             if (MODE == MODE_WGMMA && p.gather) dispatch_sources(a, sh, i);
-            else dispatch_group<mega_act_format<MODE, SB>(), MEGA_BULK_STORES(MODE), A16>(a, p.xs, sh, i);
+            else dispatch_group<mega_act_format<MODE, SB>(), MEGA_BULK_STORES(MODE), A16>(a, p.xs, sh, i, pass);
             continue;
         }
         i -= sh->n_groups;

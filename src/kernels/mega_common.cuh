@@ -84,6 +84,7 @@ struct mega_shared {
     int32_t run_end;                   /* the item that ended the run (-1: none: a wait failed) */
     int n_tok, n_count, tpi, n_groups, n1, n2, tiles; /* item counts (n_tok -1 before they are known); tiles -1 before the plan */
     int dpi, cpi;     /* tokens per dispatch item, per combine item (local rows); tpi: per link combine item */
+    int encoded;      /* 1: the claimed dispatch item's rows are encoded, its second pass due (dispatch_pass) */
     int n_combine;                                    /* combine items: token groups of the ranks combined here */
     uint32_t epoch;                                   /* links: forwards finished on this rank before this one */
     unsigned long long route_mask;                    /* links: ranks a token goes to */

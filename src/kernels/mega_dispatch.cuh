@@ -81,6 +81,32 @@ __device__ __forceinline__ void record_row_sources(const moe_ep_mega_args_t &a, 
     }
 }
 
+/* Whole block: the group's slots and their rows' sources (after the plan). */
+__device__ __forceinline__ void dispatch_slots(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh,
+                                               int first, int count)
+{
+    group_slots(a, c, sh, first, count);
+    __syncthreads();
+    record_row_sources(a, c, sh, first, count);
+}
+
+/* A dispatch item's passes: whole (the block's plan made before it), or, at
+ * decode, its rows encoded first (DISPATCH_ENCODE: beside the count items,
+ * whose wait the plan is) and, once the item is claimed again and the plan
+ * made, its slots read and its rows stored (DISPATCH_STORE). Two passes only
+ * before the block's plan, for rows stored by bulk copies (OUT) and groups of
+ * one staged batch (so that a plan that fails leaves no copy in flight); the
+ * gathering bf16 GEMM1 has no rows to encode. */
+enum { DISPATCH_WHOLE = 0, DISPATCH_ENCODE = 1, DISPATCH_STORE = 2 };
+template <int MODE>
+__device__ __forceinline__ int dispatch_pass(const mega_params &p, const mega_shared *sh)
+{
+    if (sh->encoded) return DISPATCH_STORE;
+    const bool two = MEGA_BULK_STORES(MODE) && !(MODE == MODE_WGMMA && p.gather) && p.xs.bulk && p.xs.out_bytes > 0 &&
+                     sh->dpi <= p.xs.per_stage;
+    return sh->tiles < 0 && two ? DISPATCH_ENCODE : DISPATCH_WHOLE;
+}
+
 /* Whole block, after a dispatch item wrote its rows: each row counts once
  * towards its expert's ready counter (an absent rank's rows never do). */
 __device__ __forceinline__ void dispatch_signal(const moe_ep_mega_args_t &a, const mega_ctx &c, const mega_shared *sh,
@@ -148,9 +174,10 @@ __device__ void store_batch_rows(const moe_ep_mega_args_t &a, const mega_ctx &c,
  * and ran at a third of the copy bandwidth). The (token, chunk) pairs of a
  * stage are spread over the block; a warp's 32 chunks straddle tokens only
  * at a multiple of 16 chunks (H % 128 == 0), so a format block's lanes share
- * one token. */
+ * one token. In two passes where dispatch_pass says (DISPATCH_ENCODE, then
+ * DISPATCH_STORE: the item claimed again, the block's plan made between). */
 template <int AF, bool OUT, bool FOLD>
-__device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g)
+__device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &st, mega_shared *sh, int g, int pass)
 {
     sh = pinned(sh);
     uint8_t *smem = (uint8_t *)sh - st.sh_offset; /* not the kernel's pointer: that one then stayed live across the tiles */
@@ -162,15 +189,13 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     const int batches = (count + per_stage - 1) / per_stage, stage_bytes = per_stage * st.token_bytes;
     const int out_bytes = OUT ? pinned_int(st.out_bytes) : 0; /* > 0: rows staged, stored by bulk copies */
     const int fold_bytes = FOLD && out_bytes ? pinned_int(st.fold_bytes) : 0; /* > 0: folded, stored to act16 */
-    if (threadIdx.x == 0 && st.bulk) {
+    if (threadIdx.x == 0 && st.bulk && pass != DISPATCH_STORE) {
         stage_begin(a, sh, st);
         for (int b = 0; b < min(batches, stages); b++)
             stage_x_rows(a, sh, smem + (size_t)b * stage_bytes, &sh->stage_full[b], first, b * per_stage,
                          min(per_stage, count - b * per_stage));
     }
-    group_slots(a, c, sh, first, count);
-    __syncthreads();
-    record_row_sources(a, c, sh, first, count);
+    if (pass == DISPATCH_WHOLE) dispatch_slots(a, c, sh, first, count);
     for (int b = 0, s = 0, phase = 0; b < batches; b++) {
         const int j0 = b * per_stage, n = min(per_stage, count - j0);
         int jj = threadIdx.x / chunks, ch = threadIdx.x - jj * chunks; /* token of the batch, 8-column chunk */
@@ -180,42 +205,49 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
         uint8_t *f16 = smem + (size_t)stages * stage_bytes + (size_t)(2 * per_stage) * out_bytes +
                        (size_t)(b & 1) * per_stage * fold_bytes;                                      /* fp16 rows */
         const uint32_t xs = smem_u32(x);
-        if (st.bulk) {
-            MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
-        } else {
-            copy_x_rows(a, sh, x, first, j0, n);
-            __syncthreads();
-        }
-        /* lane's pair (jj, ch) = chunk i0 + lane of the batch, stepped by
-         * blockDim.x chunks without a division; set again at each batch, not
-         * carried over as in combine_staged: here the loop runs on the warp's
-         * i0 and the shuffles need a warp's lanes on consecutive chunks. The
-         * rank only where one is absent (tests). Per chunk a division, a
-         * modulo and rank_of's loop were most of the dispatch's instructions
-         * (it ran at ~1.3 TB/s) */
-        for (int i0 = threadIdx.x - lane; i0 < n * chunks; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
-            const bool on = jj < n && (a.absent_rank < 0 || rank_of(sh->token_prefix, d.R, first + j0 + jj) != a.absent_rank);
-            float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (on) load_bf16x8_shared(xs + 2u * (uint32_t)(jj * d.H + ch * 8), v);
-            if (out_bytes) { /* once, into the batch's staged row jj */
-                const enc_chunk en = encode_chunk(f, v, d.fc1_scale);
-                if (on) store_chunk(f, en, d.H, ch * 8, od, os, jj);
+        if (pass != DISPATCH_STORE) { /* the batch's rows encoded (staged where out_bytes) */
+            if (st.bulk) {
+                MEGA_STAGE_WAIT(a, sh, &sh->stage_full[s], phase, 0);
             } else {
-                dispatch_chunk(f, v, d.H, ch * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + (j0 + (on ? jj : 0)) * d.K,
-                               d.K, on);
+                copy_x_rows(a, sh, x, first, j0, n);
+                __syncthreads();
             }
-            for (ch += blockDim.x; ch >= chunks; ch -= chunks) jj++;
+            /* lane's pair (jj, ch) = chunk i0 + lane of the batch, stepped by
+             * blockDim.x chunks without a division; set again at each batch, not
+             * carried over as in combine_staged: here the loop runs on the warp's
+             * i0 and the shuffles need a warp's lanes on consecutive chunks. The
+             * rank only where one is absent (tests). Per chunk a division, a
+             * modulo and rank_of's loop were most of the dispatch's instructions
+             * (it ran at ~1.3 TB/s) */
+            for (int i0 = threadIdx.x - lane; i0 < n * chunks; i0 += blockDim.x) { /* warp-uniform: shuffles inside */
+                const bool on = jj < n && (a.absent_rank < 0 || rank_of(sh->token_prefix, d.R, first + j0 + jj) != a.absent_rank);
+                float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                if (on) load_bf16x8_shared(xs + 2u * (uint32_t)(jj * d.H + ch * 8), v);
+                if (out_bytes) { /* once, into the batch's staged row jj */
+                    const enc_chunk en = encode_chunk(f, v, d.fc1_scale);
+                    if (on) store_chunk(f, en, d.H, ch * 8, od, os, jj);
+                } else {
+                    dispatch_chunk(f, v, d.H, ch * 8, d.fc1_scale, a.b.xq, a.b.xq_scales, c.rows_s + (j0 + (on ? jj : 0)) * d.K,
+                                   d.K, on);
+                }
+                for (ch += blockDim.x; ch >= chunks; ch -= chunks) jj++;
+            }
+            if (out_bytes) {
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the rows, for the bulk stores */
+                if (threadIdx.x < 32) bulk_wait_all<true>(); /* the last batch's stores read: its buffer is the next one */
+            }
+            __syncthreads(); /* stage s read by every thread */
+            if (fold_bytes) { /* fold the batch's rows, then store those */
+                fold_staged_rows<fold_kind_of(AF)>(od, os, out_bytes - st.out_data, d.H, n, (uint16_t *)f16, d.H); /* fp16 rows of H */
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                __syncthreads();
+            }
         }
-        if (out_bytes) {
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the rows, for the bulk stores */
-            if (threadIdx.x < 32) bulk_wait_all<true>(); /* the last batch's stores read: its buffer is the next one */
+        if (pass == DISPATCH_ENCODE) { /* the only batch staged: the plan, then the second pass */
+            if (threadIdx.x == 0) sh->next = sh->item, sh->encoded = 1;
+            return;
         }
-        __syncthreads(); /* stage s read by every thread */
-        if (fold_bytes) { /* fold the batch's rows, then store those */
-            fold_staged_rows<fold_kind_of(AF)>(od, os, out_bytes - st.out_data, d.H, n, (uint16_t *)f16, d.H); /* fp16 rows of H */
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            __syncthreads();
-        }
+        if (pass == DISPATCH_STORE) dispatch_slots(a, c, sh, first, count);
         if (out_bytes && threadIdx.x < 32) store_batch_rows(a, c, sh, st, fold_bytes ? f16 : od, os, first, j0, n, fold_bytes != 0);
         if (threadIdx.x == 0 && st.bulk && b + stages < batches)
             stage_x_rows(a, sh, smem + (size_t)s * stage_bytes, &sh->stage_full[s], first, j0 + stages * per_stage,
@@ -228,6 +260,7 @@ __device__ void dispatch_group(const moe_ep_mega_args_t &a, const mega_staging &
     }
     if (st.bulk) stage_end(a, sh, st);
     dispatch_signal(a, c, sh, first, count);
+    if (threadIdx.x == 0) sh->encoded = 0; /* read again after the next claim's barriers */
 }
 
 /* Dispatch item when GEMM1 gathers its A rows from x itself (mega_params.gather):
@@ -236,9 +269,7 @@ __device__ void dispatch_sources(const moe_ep_mega_args_t &a, mega_shared *sh, i
 {
     const mega_ctx c = ctx_of(a, sh);
     const int first = g * sh->dpi, count = min(c.n_tok, first + sh->dpi) - first;
-    group_slots(a, c, sh, first, count);
-    __syncthreads();
-    record_row_sources(a, c, sh, first, count);
+    dispatch_slots(a, c, sh, first, count);
     dispatch_signal(a, c, sh, first, count);
 }
 
