@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # seventy-fifth session's first call (~5 min): is the decode dispatch item's 5-7.5 us for one token cold
 # code / parameters after the bench's L2 flush? And the two-pass dispatch draft (B). (1) paired mega fwd at
-# T = 8: A = main's tool, N = the same with `--flush none`, B = dev/drafts/mega_dispatch_two_pass.patch
+# T = 8: A = main's tool, N = the same with `--flush none`, B = the two-pass dispatch draft (merged as 69a4dae, its patch removed)
 # (a decode dispatch item encodes its rows before the plan's wait for the count items); (2) a lab trace
 # build's step marks inside the dispatch item (dev/drafts/lab_dispatch_steps.patch) with either flush;
 # (3) B's test_split with split and mega. Binaries built on the CI machine, gzipped:
 #   X/moe_ep_A: main's tool (cmake -DCMAKE_BUILD_TYPE=Release, moe_ep_tool)
-#   X/moe_ep_B, X/test_split: the same of a worktree with the draft applied (ptxas guard on)
+#   X/moe_ep_B, X/test_split: the same of a worktree with the draft applied (ptxas guard on; main since 69a4dae)
 #   X/moe_ep_L: a worktree of main with dev/drafts/lab_dispatch_steps.patch applied, cmake
 #     -DCMAKE_BUILD_TYPE=Release -DMOE_EP_MEGA_TRACE=ON -DMOE_EP_PTXAS_GUARD=OFF, its moe_ep_tool
 #   X=X bash dev/next_call.sh     (carry X; $OUT: r*_[ABC].md, traces.tgz, steps.txt, test logs)
