@@ -3,7 +3,9 @@
 
   dev/dispatch_steps.py DUMP...   (MOE_EP_MEGA_TRACE_DUMP files of `moe_ep bench`; a trace build
                                    with dev/drafts/lab_dispatch_steps.patch: records of kind 100 + k
-                                   are thread 0's time at the dispatch item's step k)
+                                   are thread 0's time at the dispatch item's step k; the seventy-fifth
+                                   session's dumps packed k into the time's top bits: kinds 125-130
+                                   there, read with --packed)
 
 Per dump label: the forward's first events from the first block's start (us): the count items,
 the first dispatch item's start, each dispatch item's steps (1 x copies issued, 2 slots read,
@@ -16,11 +18,7 @@ STEPS = {101: "x issued", 102: "slots", 103: "x in", 104: "enc t0", 105: "enc bl
 
 
 def report(label, recs):
-    # step records hold the low 56 bits of their time (the id above them): the high bits are their item's
-    base = min(r[2] for r in recs if r[1] < 100)
-    recs = [r if r[1] < 100 else (r[0], r[1]) + tuple(((base >> 56) << 56) | x for x in r[2:4]) + (0, ((base >> 56) << 56) | r[5])
-            for r in recs]
-    z = min(r[2] for r in recs if r[1] < 100)
+    z = min(r[2] for r in recs)
     us = lambda t: (t - z) / 1e3
     by = collections.defaultdict(list)
     for r in recs:
@@ -49,7 +47,15 @@ def report(label, recs):
               f" complete +{r[4] / 1e3:.2f} end +{(r[5] - r[2]) / 1e3:.2f} us")
 
 
+def unpack(recs):
+    """--packed: the first run's step records (kind 100 + (24 | k), the time's low 56 bits)."""
+    hi = (min(r[2] for r in recs if r[1] < 100) >> 56) << 56
+    return [r if r[1] < 100 else (r[0], 100 + ((r[1] - 100) & 7), hi | r[2], hi | r[3], 0, hi | r[5]) for r in recs]
+
+
 def main(paths):
+    packed = "--packed" in paths
+    paths = [p for p in paths if p != "--packed"]
     for p in paths:
         recs = collections.defaultdict(list)
         for line in open(p):
@@ -57,7 +63,7 @@ def main(paths):
             if len(f) == 7:
                 recs[f[0]].append(tuple(int(x) for x in f[1:]))
         for label, r in recs.items():
-            report(label, r)
+            report(label, unpack(r) if packed else r)
 
 
 if __name__ == "__main__":
